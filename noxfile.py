@@ -1,0 +1,87 @@
+#!/usr/bin/env -S uv run --script
+# /// script
+# dependencies = ["nox>=2025.2.9"]
+# ///
+"""Every check of the project, as nox sessions: `nox` runs the default ones, `nox -l` lists all."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import nox
+
+nox.needs_version = ">=2025.2.9"
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.reuse_existing_virtualenvs = True
+
+ROOT = Path(__file__).parent
+PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
+# Python 3.11 gets the oldest supported jax/flax (0.10.x / 0.12.8), 3.12+ the newest.
+PYTHONS = ["3.11", "3.12", "3.13"]
+NEWEST = PYTHONS[-2]  # the newest Python every tool here supports; Read the Docs uses it too
+DEVICE_COUNTS = ["1", "8"]
+
+
+def _expose_pyenv_pythons() -> None:
+    """Let nox find every Python that pyenv installed, not only the active one.
+
+    pyenv's shims run the versions PYENV_VERSION names (pyenv sets it to the active
+    one for every program it starts, nox included); adding the other installed 3.x
+    versions after it makes `python3.12` and friends resolve while `python3` stays
+    what it was. Without pyenv this does nothing.
+    """
+    if shutil.which("pyenv") is None:
+        return
+    run = subprocess.run(
+        ["pyenv", "versions", "--bare"], capture_output=True, text=True, check=True
+    )
+    installed = [v for v in run.stdout.split() if v.startswith("3.")]
+    active = [v for v in os.environ.get("PYENV_VERSION", "").split(":") if v]
+    os.environ["PYENV_VERSION"] = ":".join(dict.fromkeys(active + installed[::-1]))
+
+
+_expose_pyenv_pythons()
+
+
+def _install(session: nox.Session, *groups: str) -> None:
+    session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, *groups))
+
+
+@nox.session(python=PYTHONS)
+def tests(session: nox.Session) -> None:
+    """Run the test suite on 1 and on 8 fake CPU devices."""
+    _install(session, "test")
+    for count in DEVICE_COUNTS:
+        session.run("pytest", f"--devices={count}", *session.posargs)
+
+
+@nox.session(python=NEWEST)
+def doctests(session: nox.Session) -> None:
+    """Run every docstring example of the package on 8 fake CPU devices."""
+    _install(session, "test")
+    session.run("pytest", "--devices=8", "--doctest-modules", "src", *session.posargs)
+
+
+@nox.session(python=NEWEST)
+def lint(session: nox.Session) -> None:
+    """Lint, format-check and type-check the code; validate .readthedocs.yaml; repo-review."""
+    _install(session, "lint")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+    session.run("mypy", "src")
+    session.run("check-jsonschema", "--builtin-schema", "vendor.readthedocs", ".readthedocs.yaml")
+    session.run("repo-review", ".")
+
+
+@nox.session(python=NEWEST, default=False)
+def bench(session: nox.Session) -> None:
+    """Print the benchmarks: repeated-call latency of every reference solution."""
+    _install(session)
+    session.run("python", "benchmarks/repeated_call.py", *session.posargs)
+
+
+if __name__ == "__main__":
+    nox.main()

@@ -1,0 +1,89 @@
+"""Argument checks shared by the reference implementations.
+
+Each check runs before any JAX work and raises an error that names the argument,
+shows the value received and says what was expected, so that a wrong call fails
+on the caller's line instead of deep inside XLA.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import jax
+import numpy as np
+
+_NUMERIC_KINDS = {"i": "integer", "u": "unsigned integer", "f": "floating", "c": "complex"}
+
+
+def check_array(value: object, name: str, *, ndim: int, layout: str) -> None:
+    """Raise unless ``value`` is a numeric array of rank ``ndim``.
+
+    Args:
+      value: what the caller passed.
+      name: the parameter's name, used in the message.
+      ndim: the rank the parameter must have.
+      layout: the expected shape, e.g. ``"of shape (B, d)"``.
+
+    Raises:
+      TypeError: for a non-array or a non-numeric dtype (bool, str, object).
+      ValueError: for the wrong rank.
+    """
+    if not isinstance(value, jax.Array | np.ndarray):
+        msg = (
+            f"{name} must be a {ndim}-D array {layout} (a jax.Array or numpy.ndarray), "
+            f"got {type(value).__name__}: {_short_repr(value)}; convert it with jnp.asarray({name})"
+        )
+        raise TypeError(msg)
+    if value.ndim != ndim:
+        msg = f"{name} must be a {ndim}-D array {layout}, got a {value.ndim}-D array of shape {value.shape}"
+        raise ValueError(msg)
+    if np.dtype(value.dtype).kind not in _NUMERIC_KINDS:
+        msg = f"{name} must hold numbers (integer, floating or complex), got dtype {value.dtype}"
+        raise TypeError(msg)
+
+
+def require_whole_number(value: object, name: str, *, minimum: int | None = None) -> int:
+    """Return ``value`` as an ``int`` if it is a whole number (``3`` or ``3.0``), else raise.
+
+    The problems accept counts and seeds as floats, as their statements say, but
+    a fractional value is rejected rather than truncated.
+
+    Args:
+      value: what the caller passed: a Python or NumPy number, or a 0-d array.
+      name: the parameter's name, used in the message.
+      minimum: the smallest allowed value, if any.
+
+    Returns:
+      The value as a Python ``int``.
+
+    Raises:
+      TypeError: for a bool, a non-number or an array with more than one element.
+      ValueError: for a fractional or non-finite value, or one below ``minimum``.
+    """
+    expected = "a whole number" + (f" >= {minimum}" if minimum is not None else "")
+    number = value
+    if isinstance(value, jax.Array | np.ndarray) and value.shape == ():
+        if isinstance(value, jax.core.Tracer):
+            msg = f"{name} must be a concrete Python number, got a traced value inside jax.jit"
+            raise TypeError(msg)
+        number = value.item()
+    if isinstance(number, bool | np.bool_) or not isinstance(number, numbers.Real):
+        msg = f"{name} must be {expected}, got {type(value).__name__}: {_short_repr(value)}"
+        raise TypeError(msg)
+    if isinstance(number, numbers.Integral):
+        whole = int(number)
+    else:
+        real = float(number)
+        if not real.is_integer():  # also rejects nan and inf
+            msg = f"{name} must be {expected}, got {number!r}"
+            raise ValueError(msg)
+        whole = int(real)
+    if minimum is not None and whole < minimum:
+        msg = f"{name} must be {expected}, got {number!r}"
+        raise ValueError(msg)
+    return whole
+
+
+def _short_repr(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,80 @@
+"""Give a process several CPU devices, so sharded code runs on a laptop.
+
+XLA can split the host CPU into any number of *fake* devices. Each one is a real
+JAX device with its own memory and its own slice of every sharded array; they
+share the CPU's cores, so they teach the SPMD model faithfully but run no faster
+than one device. The device count is fixed when JAX starts its backend, which
+happens at the first operation (creating an array, calling ``jax.devices()``),
+so :func:`use_cpu_devices` must run before that.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import jax
+
+__all__ = ["use_cpu_devices"]
+
+
+def use_cpu_devices(count: int) -> None:
+    """Make JAX start with ``count`` CPU devices (and use the CPU platform).
+
+    Call it right after ``import jax``, before any JAX operation. Calling it again
+    with the count the backend already has is allowed and does nothing, so a
+    notebook cell that calls it can be re-run.
+
+    Args:
+      count: how many CPU devices JAX should create, at least 1.
+
+    Raises:
+      TypeError: if ``count`` is not an integer.
+      ValueError: if ``count`` is less than 1.
+      RuntimeError: if JAX's backend already started with a different set of
+        devices; restart the process (or the notebook kernel) and call this first.
+
+    Examples:
+      In a fresh process (the doctests of this package run with 8 devices set up
+      this way before they start)::
+
+          >>> import jax
+          >>> from shard_tutorial import use_cpu_devices
+          >>> use_cpu_devices(8)
+          >>> jax.device_count()
+          8
+
+      Asking for a different count once JAX has started is an error that says
+      what to do:
+
+          >>> use_cpu_devices(4)
+          Traceback (most recent call last):
+          ...
+          RuntimeError: use_cpu_devices(4) came too late: JAX already started with 8 cpu device(s)...
+    """
+    if isinstance(count, bool):
+        msg = f"count must be an integer number of devices, got {count!r}"
+        raise TypeError(msg)
+    try:
+        count = operator.index(count)
+    except TypeError:
+        msg = f"count must be an integer number of devices, got {type(count).__name__} {count!r}"
+        raise TypeError(msg) from None
+    if count < 1:
+        msg = f"count must be at least 1, got {count}"
+        raise ValueError(msg)
+    try:
+        jax.config.update("jax_platforms", "cpu")
+        jax.config.update("jax_num_cpu_devices", count)
+    except RuntimeError:
+        # JAX refuses once its backend exists. That is fine if the backend already
+        # has what was asked for (a notebook cell run twice); otherwise say so.
+        devices = jax.devices()
+        if len(devices) == count and all(d.platform == "cpu" for d in devices):
+            return
+        msg = (
+            f"use_cpu_devices({count}) came too late: JAX already started with "
+            f"{len(devices)} {devices[0].platform} device(s). The device count is fixed at "
+            "JAX's first operation; call use_cpu_devices right after `import jax` in a fresh "
+            "process (restart the notebook kernel)."
+        )
+        raise RuntimeError(msg) from None

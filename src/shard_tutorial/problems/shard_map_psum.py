@@ -1,0 +1,105 @@
+"""Problem "shard_map with psum": a global sum from per-device partial sums.
+
+Inside :func:`jax.shard_map` each device sees only its block, so ``jnp.sum`` gives
+that device's *partial* sum. :func:`jax.lax.psum` is the collective that adds the
+partial sums of every device along a mesh axis and hands the total back to each
+of them (an all-reduce): the step that turns per-device gradients into the global
+gradient in data-parallel training. Because every device ends up holding the
+same total, the output is replicated: ``out_specs=P()``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from shard_tutorial._validation import check_array
+from shard_tutorial.meshes import data_mesh, place
+from shard_tutorial.problem import Case, Problem, precise
+
+__all__ = ["PROBLEM", "shard_map_psum"]
+
+
+def shard_map_psum(x: jax.Array) -> jax.Array:
+    """Sum a 1-D array: each device sums its block, then ``psum`` adds the partial sums.
+
+    Args:
+      x: 1-D array of numbers, any length.
+
+    Returns:
+      A scalar (0-d array), ``jnp.sum(x)``, replicated on every device used.
+
+    Raises:
+      TypeError: if ``x`` is not a numeric array.
+      ValueError: if ``x`` is not 1-D.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from shard_tutorial import shard_map_psum
+      >>> shard_map_psum(jnp.array([1.0, 2.0, 3.0]))
+      Array(6., dtype=float32)
+
+      On 8 devices, each of them holds the whole total:
+
+      >>> total = shard_map_psum(jnp.arange(32))
+      >>> total, tuple(total.sharding.spec), len(total.sharding.device_set)
+      (Array(496, dtype=int32), (), 8)
+    """
+    check_array(x, "x", ndim=1, layout="of shape (n,)")
+    mesh = data_mesh(x.shape[0])
+    x = place(x, NamedSharding(mesh, P("data")))  # jax.device_put, fast on CPU devices
+    return _sum_all_blocks(mesh)(x)
+
+
+def _block_sum_then_psum(block: jax.Array) -> jax.Array:
+    partial_sum = jnp.sum(block)  # this device's block only
+    return jax.lax.psum(partial_sum, axis_name="data")  # add up every device's partial sum
+
+
+@functools.cache
+def _sum_all_blocks(mesh: Mesh) -> Callable[[jax.Array], jax.Array]:
+    """Build, once per mesh, the compiled function that sums ``x`` across the devices."""
+    return jax.jit(
+        jax.shard_map(
+            _block_sum_then_psum,
+            mesh=mesh,
+            in_specs=P("data"),  # each device gets one block of x
+            out_specs=P(),  # after psum every device holds the same total: replicated
+        )
+    )
+
+
+def _oracle(x: np.ndarray) -> np.ndarray:
+    return np.sum(precise(x))
+
+
+def _cases() -> list[Case]:
+    rng = np.random.default_rng(20260103)
+    return [
+        Case("example from the problem statement", (np.array([1.0, 2.0, 3.0], np.float32),)),
+        Case("a single element", (np.array([-2.5], np.float32),)),
+        Case("empty: the sum is 0", (np.zeros(0, np.float32),)),
+        Case("length 5: 8 devices do not divide it", (np.arange(1, 6, dtype=np.float32),)),
+        Case("length 32, one block per device on 8", (np.arange(32, dtype=np.float32),)),
+        Case("length 12: split over 6 of 8 devices", (rng.normal(size=12).astype(np.float32),)),
+        Case("length 13: a prime, one device", (rng.normal(size=13).astype(np.float32),)),
+        Case("int32 input stays int32", (np.arange(-40, 24, dtype=np.int32),)),
+        Case("values that cancel out", (np.array([5.0, -5.0] * 8, np.float32),)),
+        Case("length 1024, random", (rng.normal(size=1024).astype(np.float32),)),
+    ]
+
+
+PROBLEM = Problem(
+    name="shard_map_psum",
+    title="shard_map with psum",
+    reference=shard_map_psum,
+    oracle=_oracle,
+    make_cases=_cases,
+    atol=1e-4,  # a float32 sum of 1024 values, added in a different order than NumPy's
+)

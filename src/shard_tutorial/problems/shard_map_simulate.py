@@ -1,0 +1,203 @@
+"""Problem "NNX shard_map simulation": data parallelism as a loop, then for real.
+
+In data parallelism every device holds the same model parameters and runs the
+forward pass on its own block of the batch; the blocks of output, put back
+together along the batch axis, equal the output of one device running the whole
+batch. :func:`shard_map_simulate` spells that out as a Python loop over
+``num_shards`` blocks on one device, which is what ``jax.shard_map`` does across
+devices. :func:`data_parallel_forward` is the real thing: the same forward pass
+through ``jax.shard_map`` with the parameters replicated on every device.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from shard_tutorial._validation import check_array, require_whole_number
+from shard_tutorial.meshes import data_mesh, place
+from shard_tutorial.problem import Case, Problem, precise
+
+__all__ = ["PROBLEM", "data_parallel_forward", "shard_map_simulate"]
+
+
+def shard_map_simulate(seed: float, x: jax.Array, num_shards: float, features: float) -> jax.Array:
+    """Simulate a data-parallel ``nnx.Linear`` forward pass over ``num_shards`` shards.
+
+    Builds ``nnx.Linear(x.shape[-1], features, rngs=nnx.Rngs(seed))`` once, cuts
+    ``x`` into ``num_shards`` equal blocks of rows with
+    ``jax.lax.dynamic_slice_in_dim``, runs every block through that same model,
+    concatenates the outputs along axis 0 and flattens them. The result equals
+    the model applied to all of ``x`` at once, flattened.
+
+    Args:
+      seed: seed of the model's parameters; a whole number, int or float.
+      x: 2-D array of shape ``(N, in_dim)``, ``in_dim >= 1``, ``N`` divisible
+        by ``num_shards``.
+      num_shards: how many blocks to cut the batch into, a whole number >= 1.
+      features: output features of the linear layer, a whole number >= 1.
+
+    Returns:
+      1-D array of length ``N * features``.
+
+    Raises:
+      TypeError: if ``x`` is not a numeric array or a count is not a number.
+      ValueError: if ``x`` is not 2-D or has no feature column, if a count is
+        fractional or below 1, or if ``num_shards`` does not divide ``N``.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from shard_tutorial import shard_map_simulate
+      >>> x = jnp.arange(8.0).reshape(4, 2)
+      >>> y = shard_map_simulate(0.0, x, 2.0, 3.0)
+      >>> y.shape
+      (12,)
+      >>> y.reshape(4, 3)
+      Array([[-0.875..., -0.659...,  0.449...],
+             [-1.113..., -3.351...,  0.210...],
+             [-1.351..., -6.042..., -0.028...],
+             [-1.589..., -8.733..., -0.267...]], dtype=float32)
+
+      Any shard count that divides the batch gives the same numbers:
+
+      >>> bool(jnp.allclose(y, shard_map_simulate(0, x, 4, 3)))
+      True
+    """
+    seed = require_whole_number(seed, "seed")
+    num_shards = require_whole_number(num_shards, "num_shards", minimum=1)
+    features = require_whole_number(features, "features", minimum=1)
+    check_array(x, "x", ndim=2, layout="of shape (N, in_dim)")
+    n, in_dim = x.shape
+    if in_dim < 1:
+        msg = f"x must have at least one feature column (in_dim >= 1), got shape {x.shape}"
+        raise ValueError(msg)
+    if n % num_shards:
+        msg = (
+            f"num_shards={num_shards} must divide the batch: x has N={n} rows, which do not "
+            f"split into {num_shards} equal shards"
+        )
+        raise ValueError(msg)
+    return _simulate(jax.random.key(seed), x, num_shards=num_shards, features=features)
+
+
+@functools.partial(jax.jit, static_argnames=("num_shards", "features"))
+def _simulate(key: jax.Array, x: jax.Array, *, num_shards: int, features: int) -> jax.Array:
+    # One model for all shards: in data parallelism every device has the same parameters.
+    model = nnx.Linear(x.shape[-1], features, rngs=nnx.Rngs(key))
+    chunk = x.shape[0] // num_shards
+    outs = []
+    for i in range(num_shards):  # on a mesh these iterations run at once, one per device
+        x_shard = jax.lax.dynamic_slice_in_dim(x, i * chunk, chunk, axis=0)
+        outs.append(model(x_shard))
+    return jnp.concatenate(outs, axis=0).reshape(-1)  # the blocks back in batch order
+
+
+def data_parallel_forward(model: nnx.Module, x: jax.Array) -> jax.Array:
+    """Apply ``model`` to ``x`` data-parallel: every device runs it on its block of rows.
+
+    The parameters are replicated on every device and the rows of ``x`` are split
+    along a mesh axis named ``"data"`` (over fewer devices when the device count
+    does not divide the batch, see :func:`~shard_tutorial.data_mesh`). Each
+    device applies the whole model to its rows inside ``jax.shard_map``.
+
+    Args:
+      model: a Flax NNX module that maps a batch of rows to a batch of outputs,
+        row by row (``nnx.Linear``, an MLP); it is not modified.
+      x: 2-D array of shape ``(N, in_dim)``: the batch.
+
+    Returns:
+      ``model(x)``, sharded along the batch axis over the devices used.
+
+    Raises:
+      TypeError: if ``model`` is not an ``nnx.Module`` or ``x`` not a numeric array.
+      ValueError: if ``x`` is not 2-D.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from flax import nnx
+      >>> from shard_tutorial import data_parallel_forward
+      >>> model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+      >>> x = jnp.arange(16.0).reshape(8, 2)
+      >>> y = data_parallel_forward(model, x)
+      >>> y.shape, tuple(y.sharding.spec)
+      ((8, 3), ('data', None))
+      >>> bool(jnp.allclose(y, model(x)))
+      True
+    """
+    if not isinstance(model, nnx.Module):
+        msg = f"model must be a flax.nnx.Module (such as nnx.Linear), got {type(model).__name__}"
+        raise TypeError(msg)
+    check_array(x, "x", ndim=2, layout="of shape (N, in_dim)")
+    graphdef, state = nnx.split(model)  # structure (static) and parameters (arrays)
+    mesh = data_mesh(x.shape[0])
+    x = place(x, NamedSharding(mesh, P("data")))  # jax.device_put, fast on CPU devices
+    state = place(state, NamedSharding(mesh, P()))  # a full copy on every device
+    return _forward_each_block(graphdef, mesh)(state, x)
+
+
+@functools.lru_cache(maxsize=64)
+def _forward_each_block(
+    graphdef: nnx.GraphDef, mesh: Mesh
+) -> Callable[[nnx.State, jax.Array], jax.Array]:
+    """Build, once per model structure and mesh, the compiled data-parallel forward pass."""
+
+    def forward_block(state: nnx.State, x_block: jax.Array) -> jax.Array:
+        return nnx.merge(graphdef, state)(x_block)
+
+    return jax.jit(
+        jax.shard_map(
+            forward_block,
+            mesh=mesh,
+            in_specs=(P(), P("data")),  # parameters replicated, rows split
+            out_specs=P("data"),  # output rows back in batch order
+        )
+    )
+
+
+def _oracle(seed: float, x: np.ndarray, num_shards: float, features: float) -> np.ndarray:
+    del num_shards  # splitting the batch must not change the answer
+    model = nnx.Linear(x.shape[-1], int(features), rngs=nnx.Rngs(int(seed)))
+    assert model.bias is not None  # nnx.Linear has a bias unless told otherwise
+    kernel = np.asarray(model.kernel[...], np.float64)
+    bias = np.asarray(model.bias[...], np.float64)
+    return (precise(x) @ kernel + bias).reshape(-1)
+
+
+def _cases() -> list[Case]:
+    rng = np.random.default_rng(20260104)
+
+    def normal(*shape: int) -> np.ndarray:
+        return rng.normal(size=shape).astype(np.float32)
+
+    return [
+        Case(
+            "worked example: 2 shards of 4 rows",
+            (0.0, np.arange(32, dtype=np.float32).reshape(8, 4) / 10, 2.0, 3.0),
+        ),
+        Case("one shard: the whole batch", (1.0, normal(6, 3), 1.0, 2.0)),
+        Case("one row per shard", (2.0, normal(5, 4), 5.0, 3.0)),
+        Case("8 shards of 2 rows", (3.0, normal(16, 8), 8.0, 4.0)),
+        Case("3 shards (not a power of two)", (4.0, normal(12, 5), 3.0, 2.0)),
+        Case("one output feature", (42.0, normal(8, 6), 4.0, 1.0)),
+        Case("one input feature", (5.0, normal(8, 1), 2.0, 3.0)),
+        Case("empty batch", (6.0, np.zeros((0, 4), np.float32), 4.0, 3.0)),
+        Case("int arguments instead of floats", (7, normal(6, 3), 3, 2)),
+        Case("large seed", (float(2**31 + 5), normal(4, 4), 2.0, 4.0)),
+    ]
+
+
+PROBLEM = Problem(
+    name="shard_map_simulate",
+    title="NNX shard_map simulation",
+    reference=shard_map_simulate,
+    oracle=_oracle,
+    make_cases=_cases,
+    atol=1e-5,  # float32 matmuls against a float64 oracle
+)

@@ -1,0 +1,60 @@
+"""Fixtures shared by the tests: oracle comparison and compile counting."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+import hypothesis
+import jax
+import numpy as np
+import pytest
+
+from shard_tutorial.problem import Case, Problem
+
+# JAX compiles once per new shape, which can take longer than hypothesis' default
+# per-example deadline on a loaded machine; the suite has no timing assertions.
+hypothesis.settings.register_profile("jax", deadline=None, max_examples=25)
+hypothesis.settings.load_profile("jax")
+
+
+def check_against_oracle(problem: Problem, case: Case, received: object) -> None:
+    """Assert ``received`` has the oracle's shape, dtype and values for ``case``."""
+    expected = problem.expected(case)
+    received = np.asarray(received)
+    assert received.shape == expected.shape, f"{case.label}: shape"
+    assert received.dtype == expected.dtype, f"{case.label}: dtype"
+    np.testing.assert_allclose(
+        received, expected, rtol=problem.rtol, atol=problem.atol, err_msg=case.label
+    )
+
+
+@pytest.fixture
+def assert_matches_oracle() -> Callable[[Problem, Case, object], None]:
+    return check_against_oracle
+
+
+@contextlib.contextmanager
+def _count_compiles() -> Iterator[list[str]]:
+    compiles: list[str] = []
+
+    def listener(event: str, _duration: float, **_kwargs: object) -> None:
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiles.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        yield compiles
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+
+
+@pytest.fixture
+def count_compiles() -> Callable[[], contextlib.AbstractContextManager[list[str]]]:
+    """``with count_compiles() as compiles:`` records XLA compilations in the block."""
+    return _count_compiles
+
+
+@pytest.fixture
+def device_count() -> int:
+    return jax.device_count()

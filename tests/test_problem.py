@@ -1,0 +1,66 @@
+"""The problem records that the pages, the tests and the checker share."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+
+import shard_tutorial
+from shard_tutorial import PROBLEMS, get_problem
+from shard_tutorial.problem import Case, Problem, precise
+
+
+@pytest.mark.parametrize("name", list(PROBLEMS))
+def test_each_problem_is_named_after_its_function_and_module(name):
+    problem = PROBLEMS[name]
+    assert problem.name == name == problem.reference.__name__
+    assert problem.reference.__module__ == f"shard_tutorial.problems.{name}"
+    assert getattr(shard_tutorial, name) is problem.reference
+    assert problem.page == "problems/" + name.replace("_", "-")
+
+
+@pytest.mark.parametrize("name", list(PROBLEMS))
+def test_cases_are_deterministic_and_start_with_the_statement_example(name):
+    problem = PROBLEMS[name]
+    again = problem.make_cases()
+    assert len(again) == len(problem.cases) >= 8
+    for mine, theirs in zip(again, problem.cases, strict=True):
+        assert mine.label == theirs.label
+        for a, b in zip(mine.args, theirs.args, strict=True):
+            np.testing.assert_array_equal(a, b)
+    assert "example" in problem.cases[0].label
+    assert len({case.label for case in problem.cases}) == len(problem.cases)
+
+
+@pytest.mark.parametrize("name", list(PROBLEMS))
+def test_the_statement_documents_every_argument(name):
+    problem = PROBLEMS[name]
+    doc = inspect.getdoc(problem.reference)
+    for section in ("Args:", "Returns:", "Raises:", "Examples:"):
+        assert section in doc
+    for parameter in inspect.signature(problem.reference).parameters:
+        assert f"  {parameter}: " in doc
+    assert problem.summary == doc.splitlines()[0]
+
+
+def test_expected_uses_jax_default_dtypes():
+    doubling = Problem(
+        "p", "t", reference=lambda x: x, oracle=lambda x: precise(x) * 2.0, make_cases=list
+    )
+    assert doubling.expected(Case("f", (np.ones(2, np.float32),))).dtype == np.float32
+    assert doubling.expected(Case("i", (np.ones(2, np.int32),))).dtype == np.float32
+    summing = Problem(
+        "p", "t", reference=lambda x: x, oracle=lambda x: np.sum(precise(x)), make_cases=list
+    )
+    assert summing.expected(Case("i", (np.arange(4, dtype=np.int32),))).dtype == np.int32
+    assert summing.expected(Case("i", (np.arange(4, dtype=np.int32),))) == 6
+
+
+def test_get_problem_accepts_page_style_names_and_lists_the_names_on_error():
+    assert get_problem("shard-map-double") is PROBLEMS["shard_map_double"]
+    with pytest.raises(
+        KeyError, match="no problem named 'psum'; the problems are: shard_map_double"
+    ):
+        get_problem("psum")
