@@ -23,6 +23,9 @@ PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
 PYTHONS = ["3.11", "3.12", "3.13"]
 NEWEST = PYTHONS[-2]  # the newest Python every tool here supports; Read the Docs uses it too
 DEVICE_COUNTS = ["1", "8"]
+# The code cells of the pages: errors, imports, bugbear, pyupgrade; lines are the
+# formatter's business (80 columns, to fit the page).
+PAGE_RULES = "E,F,I,B,UP --ignore E402,E501"
 
 
 def _expose_pyenv_pythons() -> None:
@@ -66,14 +69,43 @@ def doctests(session: nox.Session) -> None:
 
 
 @nox.session(python=NEWEST)
+def docs(session: nox.Session) -> None:
+    """Build the executed site into docs/_build/html, warnings as errors."""
+    _install(session, "docs")
+    session.run(
+        "sphinx-build",
+        "-W",
+        "--keep-going",
+        "-b",
+        "html",
+        "docs",
+        "docs/_build/html",
+        *session.posargs,
+    )
+
+
+@nox.session(python=NEWEST)
 def lint(session: nox.Session) -> None:
     """Lint, format-check and type-check the code; validate .readthedocs.yaml; repo-review."""
     _install(session, "lint")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    pages = [str(p) for p in sorted(ROOT.glob("docs/**/*.md")) if "_build" not in p.parts]
+    session.run("nbqa", f"ruff check --select {PAGE_RULES}", *pages, "--nbqa-md")
+    session.run("nbqa", "ruff format --check --line-length 80", *pages, "--nbqa-md")
     session.run("mypy", "src")
     session.run("check-jsonschema", "--builtin-schema", "vendor.readthedocs", ".readthedocs.yaml")
     session.run("repo-review", ".")
+
+
+@nox.session(python=NEWEST, default=False)
+def format(session: nox.Session) -> None:
+    """Format the package and the code cells of the pages (what `lint` checks)."""
+    _install(session, "lint")
+    session.run("ruff", "check", "--fix", "--select", "I", ".")
+    session.run("ruff", "format", ".")
+    pages = [str(p) for p in sorted(ROOT.glob("docs/**/*.md")) if "_build" not in p.parts]
+    session.run("nbqa", "ruff format --line-length 80", *pages, "--nbqa-md")
 
 
 @nox.session(python=NEWEST, default=False)

@@ -19,7 +19,7 @@ __all__ = ["PROBLEMS", "get_problem"]
 
 PROBLEMS: dict[str, Problem] = {
     module.PROBLEM.name: module.PROBLEM
-    for module in (shard_map_double, shard_map_vs_vmap, shard_map_simulate, shard_map_psum)
+    for module in (shard_map_double, shard_map_vs_vmap, shard_map_psum, shard_map_simulate)
 }
 """Every problem by name, in the site's reading order."""
 

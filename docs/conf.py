@@ -1,0 +1,128 @@
+"""Sphinx configuration of the shard_tutorial site.
+
+Every page is a MyST markdown notebook, executed by MyST-NB at build time on 8 fake
+CPU devices; ``nox -s docs`` builds the site with warnings as errors.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tomllib
+import urllib.request
+from pathlib import Path
+
+DOCS = Path(__file__).parent
+ROOT = DOCS.parent
+sys.path.insert(0, str(DOCS / "_ext"))
+
+# Every page runs on this many fake CPU devices. The notebook kernels inherit this
+# environment, so this is the one place that sets it, before any page starts JAX.
+DEVICES = 8
+os.environ["JAX_NUM_CPU_DEVICES"] = str(DEVICES)
+os.environ["JAX_PLATFORMS"] = "cpu"
+
+# Kernels show errors in IPython's "Docs" traceback mode: the line of the page's code that
+# failed and the error message, without the library frames in between. (A reader who runs
+# a downloaded notebook gets their own IPython's full tracebacks.)
+_ipython_dir = DOCS / "_build" / "ipython"
+(_ipython_dir / "profile_default").mkdir(parents=True, exist_ok=True)
+(_ipython_dir / "profile_default" / "ipython_kernel_config.py").write_text(
+    'c.InteractiveShell.xmode = "Docs"\n'
+)
+os.environ["IPYTHONDIR"] = str(_ipython_dir)
+
+_pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+REPOSITORY_URL = _pyproject["project"]["urls"]["Source"]
+
+project = "shard_tutorial"
+author = "the shard_tutorial developers"
+copyright = "2026, the shard_tutorial developers"
+
+extensions = [
+    "myst_nb",
+    "sphinx.ext.autodoc",
+    "sphinx.ext.napoleon",
+    "sphinx_autodoc_typehints",  # after napoleon, as its documentation asks
+    "sphinx.ext.intersphinx",
+    "sphinx.ext.viewcode",
+    "sphinx_copybutton",
+    "sphinx_design",
+    "notebook_download",
+    "reference_source",
+]
+
+exclude_patterns = ["_build", "jupyter_execute", "**.ipynb_checkpoints", "README.md"]
+nitpicky = False  # references to other projects resolve only when their inventories load
+
+# -- MyST and MyST-NB --------------------------------------------------------------------
+myst_enable_extensions = ["colon_fence", "deflist", "dollarmath", "substitution"]
+myst_heading_anchors = 3
+nb_execution_mode = "force"
+nb_execution_timeout = 120  # seconds per cell; the slowest cell here takes a few
+nb_execution_raise_on_error = True  # a cell error fails the build...
+nb_execution_show_tb = True  # ...and the log shows the traceback
+nb_output_stderr = "warn"  # anything a cell writes to stderr is a warning, so an error
+nb_merge_streams = True
+nb_render_markdown_format = "myst"  # Markdown outputs may hold tables
+# Tracebacks keep IPython's colours. (The default "ipythontb" lexer fails on the backticks
+# in JAX's error messages, and that failure is a Sphinx warning.)
+nb_render_error_lexer = "myst-ansi"
+
+# -- API reference -------------------------------------------------------------------------
+autodoc_member_order = "bysource"
+autodoc_default_options = {"members": True}
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
+always_use_bars_union = True
+typehints_use_signature = True
+typehints_use_signature_return = True
+typehints_defaults = "comma"
+
+# -- Links to other projects' documentation --------------------------------------------------
+_INVENTORIES = {
+    "python": "https://docs.python.org/3/",
+    "numpy": "https://numpy.org/doc/stable/",
+    "jax": "https://docs.jax.dev/en/latest/",
+    "flax": "https://flax.readthedocs.io/en/latest/",
+}
+
+
+def _reachable(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "objects.inv", timeout=5):
+            return True
+    except OSError:
+        return False
+
+
+# Offline (as on the build machines here) an inventory cannot be fetched; Sphinx would
+# warn, and warnings fail the build. So only reachable inventories are configured: online,
+# references such as :func:`jax.shard_map` link to the JAX docs; offline they stay text.
+intersphinx_mapping = {name: (url, None) for name, url in _INVENTORIES.items() if _reachable(url)}
+if len(intersphinx_mapping) < len(_INVENTORIES):
+    missing = sorted(_INVENTORIES.keys() - intersphinx_mapping.keys())
+    print(
+        f"intersphinx: cannot reach the inventories of {', '.join(missing)}; "
+        "references to them are built as plain text"
+    )
+
+# -- HTML ------------------------------------------------------------------------------------
+html_theme = "sphinx_book_theme"
+html_title = "shard_tutorial"
+html_static_path = ["_static"]
+html_css_files = ["shard_tutorial.css"]
+html_theme_options = {
+    "repository_url": REPOSITORY_URL,
+    "repository_branch": "main",
+    "path_to_docs": "docs",
+    "use_repository_button": True,
+    "use_source_button": True,
+    "use_issues_button": True,
+    "use_download_button": True,
+    "home_page_in_toc": True,
+    "show_navbar_depth": 1,
+    "show_toc_level": 2,
+}
+html_last_updated_fmt = None
+copybutton_exclude = ".linenos, .gp, .go"  # copy code only: not prompts or output
