@@ -50,7 +50,15 @@ _expose_pyenv_pythons()
 
 
 def _install(session: nox.Session, *groups: str) -> None:
-    session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, *groups))
+    # Bytecode compiled at install time: with PYTHONDONTWRITEBYTECODE set (as on the
+    # machines here) every process, notebook kernels included, would otherwise compile
+    # JAX from source on each start, seconds each time.
+    session.install(
+        "-e",
+        ".",
+        *nox.project.dependency_groups(PYPROJECT, *groups),
+        env={"UV_COMPILE_BYTECODE": "1"},
+    )
 
 
 @nox.session(python=PYTHONS)
@@ -70,18 +78,22 @@ def doctests(session: nox.Session) -> None:
 
 @nox.session(python=NEWEST)
 def docs(session: nox.Session) -> None:
-    """Build the executed site into docs/_build/html, warnings as errors."""
-    _install(session, "docs")
+    """Build the executed site into docs/_build/html and test it; `-- --serve` to preview."""
+    _install(session, "docs", "test")
+    if session.posargs[:1] == ["--serve"]:
+        # Rebuilds on saving a page or the package, and reloads the browser; the
+        # execution cache decides which pages run again, as in a normal build.
+        session.run(
+            "sphinx-autobuild", "docs", "docs/_build/html", "--watch", "src",
+            "--re-ignore", r"(^|/)(_build|jupyter_execute|tests|__pycache__)(/|$)",
+            "--host", "127.0.0.1", "--port", "8000", *session.posargs[1:],
+        )  # fmt: skip
+        return
     session.run(
-        "sphinx-build",
-        "-W",
-        "--keep-going",
-        "-b",
-        "html",
-        "docs",
-        "docs/_build/html",
+        "sphinx-build", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html",
         *session.posargs,
-    )
+    )  # fmt: skip
+    session.run("pytest", "docs/tests")
 
 
 @nox.session(python=NEWEST)
@@ -110,9 +122,10 @@ def format(session: nox.Session) -> None:
 
 @nox.session(python=NEWEST, default=False)
 def bench(session: nox.Session) -> None:
-    """Print the benchmarks: repeated-call latency of every reference solution."""
-    _install(session)
+    """Print the benchmarks: repeated-call latency, and the docs build with its cache."""
+    _install(session, "docs")
     session.run("python", "benchmarks/repeated_call.py", *session.posargs)
+    session.run("python", "benchmarks/docs_build.py")
 
 
 if __name__ == "__main__":

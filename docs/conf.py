@@ -6,6 +6,7 @@ CPU devices; ``nox -s docs`` builds the site with warnings as errors.
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import tomllib
@@ -25,11 +26,10 @@ os.environ["JAX_PLATFORMS"] = "cpu"
 # Kernels show errors in IPython's "Docs" traceback mode: the line of the page's code that
 # failed and the error message, without the library frames in between. (A reader who runs
 # a downloaded notebook gets their own IPython's full tracebacks.)
+KERNEL_CONFIG = 'c.InteractiveShell.xmode = "Docs"\n'
 _ipython_dir = DOCS / "_build" / "ipython"
 (_ipython_dir / "profile_default").mkdir(parents=True, exist_ok=True)
-(_ipython_dir / "profile_default" / "ipython_kernel_config.py").write_text(
-    'c.InteractiveShell.xmode = "Docs"\n'
-)
+(_ipython_dir / "profile_default" / "ipython_kernel_config.py").write_text(KERNEL_CONFIG)
 os.environ["IPYTHONDIR"] = str(_ipython_dir)
 
 _pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -45,20 +45,33 @@ extensions = [
     "sphinx.ext.napoleon",
     "sphinx_autodoc_typehints",  # after napoleon, as its documentation asks
     "sphinx.ext.intersphinx",
-    "sphinx.ext.viewcode",
+    "sphinx.ext.linkcode",  # not viewcode: that imports JAX on every build
     "sphinx_copybutton",
     "sphinx_design",
     "notebook_download",
     "reference_source",
+    "execution_cache",
 ]
 
-exclude_patterns = ["_build", "jupyter_execute", "**.ipynb_checkpoints", "README.md"]
+exclude_patterns = ["_build", "jupyter_execute", "tests", "**.ipynb_checkpoints"]
 nitpicky = False  # references to other projects resolve only when their inventories load
 
 # -- MyST and MyST-NB --------------------------------------------------------------------
 myst_enable_extensions = ["colon_fence", "deflist", "dollarmath", "substitution"]
 myst_heading_anchors = 3
-nb_execution_mode = "force"
+# Executed notebooks are cached, and execution_cache (docs/_ext) re-executes a page exactly
+# when its source, the environment, or package code it ran has changed; `-D
+# nb_execution_mode=force` re-executes every page instead, as most doc sites do.
+nb_execution_mode = "cache"
+nb_execution_cache_path = str(DOCS / "_build" / ".jupyter_cache")
+execution_cache_track = [str(ROOT / "src" / "shard_tutorial")]
+execution_cache_settings = {
+    "JAX_NUM_CPU_DEVICES": os.environ["JAX_NUM_CPU_DEVICES"],
+    "JAX_PLATFORMS": os.environ["JAX_PLATFORMS"],
+    "kernel config": KERNEL_CONFIG,
+}
+# Pages can import these and whatever they require (jax, jaxlib, flax, numpy, ...).
+execution_cache_distributions = ["shard_tutorial", "ipykernel", "matplotlib", "rich"]
 nb_execution_timeout = 120  # seconds per cell; the slowest cell here takes a few
 nb_execution_raise_on_error = True  # a cell error fails the build...
 nb_execution_show_tb = True  # ...and the log shows the traceback
@@ -78,6 +91,25 @@ always_use_bars_union = True
 typehints_use_signature = True
 typehints_use_signature_return = True
 typehints_defaults = "comma"
+
+
+def linkcode_resolve(domain: str, info: dict[str, str]) -> str | None:
+    """Link an API entry to its lines in the source repository (sphinx.ext.linkcode)."""
+    if domain != "py" or not info.get("module"):
+        return None
+    obj: object = sys.modules.get(info["module"])
+    for part in info["fullname"].split("."):
+        obj = getattr(obj, part, None)
+    try:
+        path = Path(inspect.getsourcefile(obj)).resolve()  # type: ignore[arg-type]
+        lines, first = inspect.getsourcelines(obj)  # type: ignore[arg-type]
+    except (TypeError, OSError):
+        return None
+    if not path.is_relative_to(ROOT):
+        return None
+    where = path.relative_to(ROOT).as_posix()
+    return f"{REPOSITORY_URL}/blob/main/{where}#L{first}-L{first + len(lines) - 1}"
+
 
 # -- Links to other projects' documentation --------------------------------------------------
 _INVENTORIES = {

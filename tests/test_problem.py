@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -64,3 +67,39 @@ def test_get_problem_accepts_page_style_names_and_lists_the_names_on_error():
         KeyError, match="no problem named 'psum'; the problems are: shard_map_double"
     ):
         get_problem("psum")
+
+
+def test_every_public_name_resolves_to_its_module():
+    assert sorted(shard_tutorial.__all__) == sorted(shard_tutorial._LAZY)
+    for name in shard_tutorial.__all__:
+        value = getattr(shard_tutorial, name)
+        assert value is not None
+        module = shard_tutorial._LAZY[name]
+        assert getattr(importlib.import_module(module), name) is value
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        _ = shard_tutorial.nope
+
+
+def test_importing_one_helper_loads_no_problem_module():
+    code = (
+        "import sys; from shard_tutorial import use_cpu_devices; "
+        "print(sorted(m for m in sys.modules if m.startswith('shard_tutorial')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['shard_tutorial', 'shard_tutorial.devices']"
+
+
+def test_the_registry_lists_every_problem_in_reading_order_and_loads_on_demand():
+    code = (
+        "import sys; from shard_tutorial import PROBLEMS; names = list(PROBLEMS); "
+        "loaded = [m for m in sys.modules if m.startswith('shard_tutorial.problems.')]; "
+        "PROBLEMS['shard_map_psum']; "
+        "after = [m for m in sys.modules if m.startswith('shard_tutorial.problems.')]; "
+        "print(names, loaded, after)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    order = ["shard_map_double", "shard_map_vs_vmap", "shard_map_psum", "shard_map_simulate"]
+    assert out.stdout.strip() == f"{order} [] ['shard_tutorial.problems.shard_map_psum']"
+    assert len(PROBLEMS) == 4
+    with pytest.raises(KeyError):
+        PROBLEMS["nope"]

@@ -1,17 +1,21 @@
 """Offer every executed page as a Jupyter notebook in the theme's download menu.
 
 sphinx-book-theme lists an ``.ipynb`` download only when a launch service (Binder,
-Colab, ...) is configured. This site has none, but MyST-NB writes each executed page
-to ``<build>/jupyter_execute/<page>.ipynb``; this extension copies that notebook, with
-its outputs, next to the page's sources and tells the theme it is there.
+Colab, ...) is configured. This site has none, but MyST-NB writes each notebook page to
+``<build>/jupyter_execute/<page>.ipynb``. This extension puts that notebook, with its
+outputs, next to the page's sources and tells the theme it is there. (In MyST-NB's cache
+mode that file lacks the outputs, so they are merged in from the execution cache.)
 """
 
 from __future__ import annotations
 
-import shutil
+import contextlib
 from pathlib import Path
 from typing import Any
 
+import nbformat
+from execution_cache import cache_directory
+from jupyter_cache import get_cache
 from sphinx.application import Sphinx
 
 
@@ -19,12 +23,16 @@ def _offer_notebook(
     app: Sphinx, pagename: str, templatename: str, context: dict[str, Any], doctree: Any
 ) -> None:
     del templatename, doctree
-    executed = Path(app.outdir).parent / "jupyter_execute" / f"{pagename}.ipynb"
-    if not executed.is_file():
+    written = Path(app.outdir).parent / "jupyter_execute" / f"{pagename}.ipynb"
+    if not written.is_file():
         return
+    notebook = nbformat.read(written, as_version=4)
+    if app.config.nb_execution_mode == "cache":
+        with contextlib.suppress(KeyError):  # not executed: offer the notebook as it is
+            _, notebook = get_cache(cache_directory(app)).merge_match_into_notebook(notebook)
     target = Path(app.outdir) / "_sources" / f"{pagename}.ipynb"
     target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(executed, target)
+    nbformat.write(notebook, target)
     context["ipynb_source"] = f"{pagename}.ipynb"
 
 

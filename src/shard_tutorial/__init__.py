@@ -5,6 +5,11 @@ shard_tutorial site, the helpers its pages use (fake CPU devices, the data
 mesh) and the problem records (:mod:`shard_tutorial.problems`) that tie each
 solution to its oracle and its cases.
 
+Each name below is imported from its module on first use, so
+``from shard_tutorial import use_cpu_devices`` loads only what that needs.
+(That keeps imports light, and lets the documentation build tell which pages
+can depend on which module.)
+
 Examples:
   >>> import shard_tutorial
   >>> sorted(shard_tutorial.PROBLEMS)
@@ -13,15 +18,26 @@ Examples:
 
 from __future__ import annotations
 
-from shard_tutorial.devices import use_cpu_devices
-from shard_tutorial.meshes import DATA_AXIS, data_mesh, place, usable_device_count
-from shard_tutorial.problems import PROBLEMS, get_problem
-from shard_tutorial.problems.shard_map_double import shard_map_double
-from shard_tutorial.problems.shard_map_psum import shard_map_psum
-from shard_tutorial.problems.shard_map_simulate import data_parallel_forward, shard_map_simulate
-from shard_tutorial.problems.shard_map_vs_vmap import shard_map_vs_vmap
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+# Public name -> the module that defines it.
+_LAZY = {
+    "DATA_AXIS": "shard_tutorial.meshes",
+    "PROBLEMS": "shard_tutorial.problems",
+    "data_mesh": "shard_tutorial.meshes",
+    "data_parallel_forward": "shard_tutorial.problems.shard_map_simulate",
+    "get_problem": "shard_tutorial.problems",
+    "place": "shard_tutorial.meshes",
+    "shard_map_double": "shard_tutorial.problems.shard_map_double",
+    "shard_map_psum": "shard_tutorial.problems.shard_map_psum",
+    "shard_map_simulate": "shard_tutorial.problems.shard_map_simulate",
+    "shard_map_vs_vmap": "shard_tutorial.problems.shard_map_vs_vmap",
+    "usable_device_count": "shard_tutorial.meshes",
+    "use_cpu_devices": "shard_tutorial.devices",
+}
 
 __all__ = [
     "DATA_AXIS",
@@ -37,3 +53,29 @@ __all__ = [
     "usable_device_count",
     "use_cpu_devices",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        msg = f"module 'shard_tutorial' has no attribute {name!r}"
+        raise AttributeError(msg)
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
+
+
+if TYPE_CHECKING:  # what type checkers and IDEs see
+    from shard_tutorial.devices import use_cpu_devices
+    from shard_tutorial.meshes import DATA_AXIS, data_mesh, place, usable_device_count
+    from shard_tutorial.problems import PROBLEMS, get_problem
+    from shard_tutorial.problems.shard_map_double import shard_map_double
+    from shard_tutorial.problems.shard_map_psum import shard_map_psum
+    from shard_tutorial.problems.shard_map_simulate import (
+        data_parallel_forward,
+        shard_map_simulate,
+    )
+    from shard_tutorial.problems.shard_map_vs_vmap import shard_map_vs_vmap

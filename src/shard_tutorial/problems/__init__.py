@@ -2,25 +2,45 @@
 
 Each module holds the problem's reference solution and its :class:`~shard_tutorial.problem.Problem`
 record (``PROBLEM``): the oracle and the cases that the tests, the pages and the
-checker share.
+checker share. A problem's module is imported when its record is first asked for,
+so using one problem does not load the others.
 """
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Iterator, Mapping
+
 from shard_tutorial.problem import Problem
-from shard_tutorial.problems import (
-    shard_map_double,
-    shard_map_psum,
-    shard_map_simulate,
-    shard_map_vs_vmap,
-)
 
 __all__ = ["PROBLEMS", "get_problem"]
 
-PROBLEMS: dict[str, Problem] = {
-    module.PROBLEM.name: module.PROBLEM
-    for module in (shard_map_double, shard_map_vs_vmap, shard_map_psum, shard_map_simulate)
-}
+
+class _Registry(Mapping[str, Problem]):
+    """A read-only mapping from problem name to record, importing each module on demand."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self._names = names
+
+    def __getitem__(self, name: str) -> Problem:
+        if name not in self._names:
+            raise KeyError(name)
+        problem: Problem = importlib.import_module(f"{__name__}.{name}").PROBLEM
+        return problem
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __repr__(self) -> str:
+        return f"PROBLEMS({', '.join(self._names)})"
+
+
+PROBLEMS: Mapping[str, Problem] = _Registry(
+    ("shard_map_double", "shard_map_vs_vmap", "shard_map_psum", "shard_map_simulate")
+)
 """Every problem by name, in the site's reading order."""
 
 

@@ -1,0 +1,507 @@
+"""Execute a notebook page only when its outputs could change, and never show stale ones.
+
+MyST-NB's own cache keys a page on its code cells, so editing a function in a package
+that the page imports leaves the old outputs in place. This extension runs before
+MyST-NB reads any page (Sphinx's ``env-get-outdated`` event) and works like this:
+
+1. **Record.** When a page executes, coverage.py records which *code units* of the
+   tracked source trees ran, in the kernel and in every Python subprocess the kernel
+   starts. A unit is a module's top-level code (imports, constants, class bodies,
+   ``def`` lines with decorators, defaults and docstrings) or the body of one top-level
+   function or method.
+2. **Compare.** A page is stale when its source text changed; when the environment
+   changed (Python, the versions of the distributions its code can import, or a
+   configured value such as the device count); or when the syntax tree of any unit it
+   ran changed. Comments and formatting do not count, anything that can change
+   behaviour does. A unit the page never ran cannot change its outputs, so an edit
+   there leaves the page alone.
+3. **Execute.** Stale pages run in parallel kernels (one per core by default), each
+   with its own temporary directory and IPC sockets, so kernels cannot collide. The
+   executed notebooks go into MyST-NB's jupyter-cache, where MyST-NB finds every page
+   when it reads it, and the stale pages are handed to Sphinx to be read again.
+
+Each build appends a line to ``executions.jsonl`` in the cache directory saying which
+pages it executed, why and for how long: the build's own record, which the tests read.
+The extension is active when ``nb_execution_mode = "cache"``.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import contextlib
+import copy
+import dataclasses
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import coverage
+import nbformat
+from jupyter_cache import get_cache
+from jupyter_cache.base import CacheBundleIn, JupyterCacheAbstract
+from myst_nb.core.read import create_nb_reader
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from sphinx.application import Sphinx
+from sphinx.environment import BuildEnvironment
+from sphinx.errors import ExtensionError
+from sphinx.util import logging
+from traitlets.config import Config
+
+LOGGER = logging.getLogger(__name__)
+MANIFEST = "manifest.json"
+LOG = "executions.jsonl"
+MODULE_UNIT = "<module>"
+SAVE_COVERAGE = "import coverage as _c; _c.Coverage.current() and _c.Coverage.current().save()"
+
+Definition = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+# -- Code units ---------------------------------------------------------------------------
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _is_docstring(statement: ast.stmt) -> bool:
+    return (
+        isinstance(statement, ast.Expr)
+        and isinstance(statement.value, ast.Constant)
+        and isinstance(statement.value.value, str)
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class FileUnits:
+    """The code units of one source file: their fingerprints and the lines of each body."""
+
+    fingerprints: dict[str, str]
+    body_lines: dict[int, str]  # line -> unit whose body holds it; other lines: MODULE_UNIT
+
+    @classmethod
+    def parse(cls, text: str) -> FileUnits:
+        """Split a module into units and fingerprint each by its syntax tree."""
+        tree = ast.parse(text)
+        definitions: list[tuple[str, Definition]] = []
+        for node in tree.body:
+            if isinstance(node, Definition):
+                definitions.append((node.name, node))
+            elif isinstance(node, ast.ClassDef):
+                definitions.extend(
+                    (f"{node.name}.{item.name}", item)
+                    for item in node.body
+                    if isinstance(item, Definition)
+                )
+        fingerprints: dict[str, str] = {}
+        body_lines: dict[int, str] = {}
+        for name, node in definitions:
+            fingerprints[name] = _digest(ast.dump(node, include_attributes=False))
+            statements = node.body[1:] if _is_docstring(node.body[0]) else node.body
+            if statements:
+                for line in range(statements[0].lineno, (node.end_lineno or 0) + 1):
+                    body_lines[line] = name
+        # What runs when the module is imported: everything but the bodies.
+        for _, node in definitions:
+            node.body = node.body[:1] if _is_docstring(node.body[0]) else [ast.Pass()]
+        fingerprints[MODULE_UNIT] = _digest(ast.dump(tree, include_attributes=False))
+        return cls(fingerprints, body_lines)
+
+    def units_of(self, lines: Iterable[int]) -> set[str]:
+        """The units that executed lines belong to."""
+        return {self.body_lines.get(line, MODULE_UNIT) for line in lines}
+
+
+class CodeIndex:
+    """Units of the tracked source trees, keyed ``<path from the tree's parent>::<unit>``."""
+
+    def __init__(self, roots: Iterable[str | Path]) -> None:
+        """Index the trees under ``roots`` (files are parsed when first asked for)."""
+        self.roots = [Path(root).resolve() for root in roots]
+        self._files: dict[str, FileUnits | None] = {}
+
+    def key_of(self, filename: str | Path) -> str | None:
+        """The tracked path of ``filename``, or None if it is outside every tracked tree."""
+        path = Path(filename).resolve()
+        for root in self.roots:
+            if path.is_relative_to(root):
+                return path.relative_to(root.parent).as_posix()
+        return None
+
+    def file(self, key: str) -> FileUnits | None:
+        """The units of a tracked file (None if it no longer exists or does not parse)."""
+        if key not in self._files:
+            path = next(
+                (root.parent / key for root in self.roots if (root.parent / key).is_file()),
+                None,
+            )
+            try:
+                self._files[key] = FileUnits.parse(path.read_text()) if path else None
+            except SyntaxError:
+                self._files[key] = None
+        return self._files[key]
+
+    def fingerprint(self, unit: str) -> str | None:
+        """The current fingerprint of ``path::name``, or None if the unit is gone."""
+        key, _, name = unit.partition("::")
+        units = self.file(key)
+        return units.fingerprints.get(name) if units else None
+
+
+# -- Environment ----------------------------------------------------------------------------
+
+
+def distribution_versions(names: Iterable[str]) -> dict[str, str]:
+    """Versions of the named distributions and of everything they require, recursively."""
+    versions: dict[str, str] = {}
+    pending = [canonicalize_name(name) for name in names]
+    while pending:
+        name = pending.pop()
+        if name in versions:
+            continue
+        try:
+            distribution = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        versions[name] = distribution.version
+        for line in distribution.requires or []:
+            try:
+                requirement = Requirement(line)
+            except InvalidRequirement:
+                continue
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                pending.append(canonicalize_name(requirement.name))
+    return dict(sorted(versions.items()))
+
+
+def environment(settings: dict[str, Any], distributions: Iterable[str]) -> dict[str, Any]:
+    """Everything besides the page and the tracked code that can change a page's outputs."""
+    return {
+        "python": platform.python_version(),
+        "settings": {key: str(value) for key, value in sorted(settings.items())},
+        "distributions": distribution_versions(distributions),
+    }
+
+
+def _environment_change(old: dict[str, Any], new: dict[str, Any]) -> str:
+    changes = []
+    if old.get("python") != new["python"]:
+        changes.append(f"python {old.get('python')} -> {new['python']}")
+    for group in ("settings", "distributions"):
+        before, after = old.get(group, {}), new[group]
+        for key in sorted(before.keys() | after.keys()):
+            if before.get(key) != after.get(key):
+                changes.append(f"{key} {before.get(key, '(none)')} -> {after.get(key, '(none)')}")
+    return ", ".join(changes[:3]) + (", ..." if len(changes) > 3 else "")
+
+
+# -- Pages ----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Page:
+    """A notebook page as MyST-NB will read it."""
+
+    docname: str
+    path: Path
+    source_hash: str
+    notebook: nbformat.NotebookNode
+
+
+def notebook_pages(env: BuildEnvironment) -> Iterator[Page]:
+    """Every page that MyST-NB treats as a notebook, read the way MyST-NB reads it."""
+    md_config = env.myst_config  # type: ignore[attr-defined]
+    nb_config = env.mystnb_config  # type: ignore[attr-defined]
+    for docname in sorted(env.found_docs):
+        path = Path(env.doc2path(docname))
+        if path.suffix not in {".md", ".ipynb"}:
+            continue
+        text = path.read_text(encoding="utf-8")
+        reader = create_nb_reader(str(path), md_config, nb_config, text)
+        if reader is None:
+            continue
+        notebook = reader.read(text)
+        kernel = notebook.metadata.get("kernelspec", {}).get("name")
+        for pattern, alias in nb_config.kernel_rgx_aliases.items():
+            if kernel is not None and re.fullmatch(pattern, kernel):
+                notebook.metadata["kernelspec"]["name"] = alias
+                break
+        yield Page(docname, path, _digest(text), notebook)
+
+
+# -- The record of past executions ------------------------------------------------------------
+
+
+class Manifest:
+    """What each page's last execution depended on, kept in the cache directory."""
+
+    def __init__(self, directory: Path) -> None:
+        """Load the manifest from ``directory``, or start an empty one."""
+        self.path = directory / MANIFEST
+        try:
+            self.pages: dict[str, dict[str, Any]] = json.loads(self.path.read_text())["pages"]
+        except (OSError, ValueError, KeyError):
+            self.pages = {}
+
+    def why_stale(
+        self, page: Page, env: dict[str, Any], code: CodeIndex, cache: JupyterCacheAbstract
+    ) -> str | None:
+        """Why ``page`` must execute again, or None if its cached outputs are current."""
+        record = self.pages.get(page.docname)
+        if record is None:
+            return "never executed"
+        if record["source"] != page.source_hash:
+            return "page changed"
+        if record["environment"] != env:
+            return "environment changed: " + _environment_change(record["environment"], env)
+        changed = [unit for unit, fp in record["units"].items() if code.fingerprint(unit) != fp]
+        if changed:
+            return "code changed: " + ", ".join(sorted(changed))
+        try:
+            cache.match_cache_notebook(page.notebook)
+        except KeyError:
+            return "no outputs in the cache"
+        return None
+
+    def save(self, known_docnames: set[str]) -> None:
+        """Write the manifest, forgetting pages that no longer exist."""
+        pages = {name: record for name, record in self.pages.items() if name in known_docnames}
+        self.path.write_text(json.dumps({"pages": pages}, indent=1, sort_keys=True))
+
+
+# -- Execution ----------------------------------------------------------------------------------
+
+
+UNKNOWN_UNITS = {"(unknown: the kernel left no record of what it ran)": "unknown"}
+
+
+@dataclasses.dataclass
+class Execution:
+    """The outcome of executing one page."""
+
+    page: Page
+    notebook: nbformat.NotebookNode | None
+    seconds: float
+    units: dict[str, str] | None
+    error: str | None = None
+
+
+async def _execute(page: Page, code: CodeIndex, options: dict[str, Any]) -> Execution:
+    with tempfile.TemporaryDirectory(prefix="nbexec-") as scratch:
+        rcfile = Path(scratch, "coveragerc")
+        sources = "".join(f"\n    {root}" for root in code.roots)
+        rcfile.write_text(
+            f"[run]\nsource ={sources}\ndata_file = {scratch}/.coverage\nparallel = true\n"
+        )
+        # coverage.py's .pth file starts measuring every Python process that sees this
+        # variable: the kernel and whatever it launches.
+        kernel_env = {**os.environ, "COVERAGE_PROCESS_START": str(rcfile)}
+        if sys.version_info >= (3, 12):
+            kernel_env["COVERAGE_CORE"] = "sysmon"  # near-zero overhead outside tracked code
+        notebook = copy.deepcopy(page.notebook)
+        cwd = scratch if options["in_temp"] else str(page.path.parent)
+        last_code_cell = max(i for i, cell in enumerate(notebook.cells) if cell.cell_type == "code")
+
+        async def save_record(cell: Any, cell_index: int, execute_reply: Any) -> None:
+            # After the last cell, while the kernel is alive, have it write its coverage
+            # data now rather than at exit, which a slow shutdown could cut short.
+            del cell, execute_reply
+            if cell_index == last_code_cell and client.kc is not None:
+                request = client.kc.execute(SAVE_COVERAGE, silent=True, store_history=False)
+                await client.async_wait_for_reply(request)
+
+        client = NotebookClient(
+            notebook,
+            timeout=options["timeout"],
+            allow_errors=options["allow_errors"],
+            record_timing=False,
+            kernel_name=notebook.metadata.get("kernelspec", {}).get("name", "python3"),
+            resources={"metadata": {"path": cwd}},
+            on_cell_executed=save_record,
+            config=Config({"KernelManager": {"transport": "ipc", "ip": f"{scratch}/kernel"}}),
+        )
+        start = time.perf_counter()
+        try:
+            await client.async_execute(env=kernel_env)
+        except (CellExecutionError, CellTimeoutError, DeadKernelError) as error:
+            return Execution(page, None, time.perf_counter() - start, {}, str(error))
+        seconds = time.perf_counter() - start
+        return Execution(page, notebook, seconds, _units_run(scratch, rcfile, code))
+
+
+def _units_run(scratch: str, rcfile: Path, code: CodeIndex) -> dict[str, str] | None:
+    """The units the kernel and its subprocesses ran, or None if that is unknown.
+
+    The kernel saves its data after the last cell (``SAVE_COVERAGE``), subprocesses as
+    they exit. Unknown (no readable data) is not "nothing": the page is recorded as
+    depending on an unknown unit, so the next build runs it again.
+    """
+    if not list(Path(scratch).glob(".coverage.*")):
+        return None
+    measured = coverage.Coverage(config_file=str(rcfile))
+    try:
+        measured.combine(data_paths=[scratch], strict=False, keep=False)
+        data = measured.get_data()
+    except coverage.exceptions.CoverageException:
+        return None
+    units: dict[str, str] = {}
+    for filename in data.measured_files():
+        key = code.key_of(filename)
+        file_units = code.file(key) if key else None
+        if key is None or file_units is None:
+            continue
+        for name in file_units.units_of(data.lines(filename) or []):
+            units[f"{key}::{name}"] = file_units.fingerprints[name]
+    return dict(sorted(units.items()))
+
+
+async def _execute_all(
+    pages: list[Page], code: CodeIndex, options: dict[str, Any], workers: int
+) -> list[Execution]:
+    slots = asyncio.Semaphore(workers)
+
+    async def one(page: Page) -> Execution:
+        async with slots:
+            LOGGER.info(f"execution cache: executing {page.docname}")
+            return await _execute(page, code, options)
+
+    return list(await asyncio.gather(*(one(page) for page in pages)))
+
+
+def _with_outputs(source: nbformat.NotebookNode, executed: nbformat.NotebookNode) -> Any:
+    """``source`` with the outputs of ``executed``: the cache must hash like the source."""
+    merged = copy.deepcopy(source)
+    for cell, done in zip(merged.cells, executed.cells, strict=True):
+        if cell.cell_type == "code":
+            cell.outputs = done.outputs
+            cell.execution_count = done.execution_count
+    for key in ("language_info", "widgets"):
+        if key in executed.metadata:
+            merged.metadata[key] = executed.metadata[key]
+    return merged
+
+
+# -- Sphinx -----------------------------------------------------------------------------------
+
+
+def cache_directory(app: Sphinx) -> Path:
+    """Where the executed notebooks, the manifest and the log live."""
+    configured = app.config.nb_execution_cache_path
+    return Path(configured) if configured else Path(app.outdir).parent / ".jupyter_cache"
+
+
+def refresh_outputs(
+    app: Sphinx, env: BuildEnvironment, added: set[str], changed: set[str], removed: set[str]
+) -> list[str]:
+    """Execute the stale pages; return them so that Sphinx reads them again."""
+    del added, changed, removed  # staleness is decided here, from the manifest
+    config = app.config
+    if config.nb_execution_mode != "cache":
+        return []
+    directory = cache_directory(app)
+    directory.mkdir(parents=True, exist_ok=True)
+    cache = get_cache(directory)
+    code = CodeIndex(config.execution_cache_track)
+    current = environment(config.execution_cache_settings, config.execution_cache_distributions)
+    manifest = Manifest(directory)
+
+    pages = list(notebook_pages(env))
+    stale: dict[str, str] = {}
+    for page in pages:
+        reason = manifest.why_stale(page, current, code, cache)
+        if reason:
+            stale[page.docname] = reason
+            LOGGER.info(f"execution cache: {page.docname} is stale ({reason})")
+
+    workers = max(1, config.execution_cache_workers or os.cpu_count() or 1)
+    options = {
+        "timeout": config.nb_execution_timeout,
+        "allow_errors": config.nb_execution_allow_errors,
+        "in_temp": config.nb_execution_in_temp,
+    }
+    start = time.perf_counter()
+    to_run = [page for page in pages if page.docname in stale]
+    executions = asyncio.run(_execute_all(to_run, code, options, workers)) if to_run else []
+
+    failures = []
+    for done in executions:
+        if done.notebook is None:
+            failures.append(done)
+            continue
+        previous = manifest.pages.get(done.page.docname, {}).get("cache_pk")
+        record = cache.cache_notebook_bundle(
+            CacheBundleIn(
+                _with_outputs(done.page.notebook, done.notebook),
+                str(done.page.path),
+                data={"execution_seconds": done.seconds},
+            ),
+            check_validity=False,
+            overwrite=True,
+        )
+        if previous is not None and previous != record.pk:
+            with contextlib.suppress(KeyError):  # already gone: nothing to tidy
+                cache.remove_cache(previous)
+        if done.units is None:
+            LOGGER.info(
+                f"execution cache: {done.page.docname} left no record of the code it ran; "
+                "it will execute again in the next build"
+            )
+        manifest.pages[done.page.docname] = {
+            "source": done.page.source_hash,
+            "environment": current,
+            "units": UNKNOWN_UNITS if done.units is None else done.units,
+            "seconds": round(done.seconds, 3),
+            "cache_pk": record.pk,
+        }
+    manifest.save({page.docname for page in pages})
+
+    wall = time.perf_counter() - start
+    with (directory / LOG).open("a") as log:
+        entry = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "pages": len(pages),
+            "workers": workers,
+            "seconds": round(wall, 3),
+            "executed": {
+                done.page.docname: {
+                    "reason": stale[done.page.docname],
+                    "seconds": round(done.seconds, 3),
+                    "succeeded": done.error is None,
+                }
+                for done in executions
+            },
+        }
+        log.write(json.dumps(entry) + "\n")
+    LOGGER.info(
+        f"execution cache: executed {len(executions)} of {len(pages)} pages "
+        f"in {wall:.1f} s with {min(workers, max(1, len(executions)))} kernel(s)"
+    )
+    for failed in failures:
+        message = f"executing {failed.page.docname} failed:\n{failed.error}"
+        if config.nb_execution_raise_on_error:
+            raise ExtensionError(message)
+        LOGGER.warning(message, type="mystnb", subtype="exec", location=failed.page.docname)
+    return sorted(stale)
+
+
+def setup(app: Sphinx) -> dict[str, Any]:
+    """Register the configuration values and the event handler."""
+    app.setup_extension("myst_nb")
+    app.add_config_value("execution_cache_track", [], "env", list)
+    app.add_config_value("execution_cache_distributions", [], "env", list)
+    app.add_config_value("execution_cache_settings", {}, "env", dict)
+    app.add_config_value("execution_cache_workers", 0, "", int)
+    app.connect("env-get-outdated", refresh_outputs)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
