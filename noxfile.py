@@ -122,9 +122,10 @@ def format(session: nox.Session) -> None:
 
 @nox.session(python=NEWEST, default=False)
 def bench(session: nox.Session) -> None:
-    """Print the benchmarks: repeated-call latency, and the docs build with its cache."""
+    """Print the benchmarks: call latency, the checker, the docs build and its cache."""
     _install(session, "docs")
     session.run("python", "benchmarks/repeated_call.py", *session.posargs)
+    session.run("python", "benchmarks/checker.py")
     session.run("python", "benchmarks/docs_build.py")
 
 

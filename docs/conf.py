@@ -50,6 +50,7 @@ extensions = [
     "sphinx_design",
     "notebook_download",
     "reference_source",
+    "starter_files",
     "execution_cache",
 ]
 

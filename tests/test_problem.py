@@ -45,7 +45,7 @@ def test_the_statement_documents_every_argument(name):
         assert section in doc
     for parameter in inspect.signature(problem.reference).parameters:
         assert f"  {parameter}: " in doc
-    assert problem.summary == doc.splitlines()[0]
+    assert problem.summary == doc.splitlines()[0].replace("``", "")
 
 
 def test_expected_uses_jax_default_dtypes():

@@ -102,3 +102,19 @@ def test_the_landing_page_prints_the_versions_it_was_built_with():
     assert jax.__version__ in table
     assert flax.__version__ in table
     assert "8 x CPU" in table
+
+
+@pytest.mark.parametrize("name", PROBLEM_PAGES)
+def test_each_problem_page_lets_the_reader_practise(name):
+    function = name.rsplit("/", 1)[-1].replace("-", "_")
+    section = page(name).find(id="try-it-yourself")
+    assert section is not None
+    download = section.select_one("a.starter-download")
+    assert download is not None
+    starter = (SITE / name).parent / download["href"]
+    assert starter.resolve() == (SITE / "starters" / f"{function}.py").resolve()
+    assert starter.read_text() == PROBLEMS[function].starter()
+    reports = section.select("div.shard-tutorial-check")
+    assert len(reports) == 2
+    assert "PASSED: every case on 1 and 8 devices" in reports[0].get_text()
+    assert "FAILED" in reports[1].get_text()

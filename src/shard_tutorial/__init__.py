@@ -27,6 +27,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "DATA_AXIS": "shard_tutorial.meshes",
     "PROBLEMS": "shard_tutorial.problems",
+    "check": "shard_tutorial.checker",
     "data_mesh": "shard_tutorial.meshes",
     "data_parallel_forward": "shard_tutorial.problems.shard_map_simulate",
     "get_problem": "shard_tutorial.problems",
@@ -42,6 +43,7 @@ _LAZY = {
 __all__ = [
     "DATA_AXIS",
     "PROBLEMS",
+    "check",
     "data_mesh",
     "data_parallel_forward",
     "get_problem",
@@ -69,6 +71,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what type checkers and IDEs see
+    from shard_tutorial.checker import check
     from shard_tutorial.devices import use_cpu_devices
     from shard_tutorial.meshes import DATA_AXIS, data_mesh, place, usable_device_count
     from shard_tutorial.problems import PROBLEMS, get_problem

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -18,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["Case", "Problem", "precise"]
+__all__ = ["Case", "Problem", "first_block_only", "precise"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +65,10 @@ class Problem:
       make_cases: builds the cases, deterministically (called once, lazily).
       rtol: relative tolerance when comparing with the oracle.
       atol: absolute tolerance when comparing with the oracle.
+      explain: recognises a problem's classic mistakes in a wrong answer:
+        ``explain(case, expected, received)`` returns a sentence saying what the
+        answer looks like, or None. Only called with arrays of the expected dtype.
+      imports: the import lines a solution's file starts with (see :meth:`starter`).
     """
 
     name: str
@@ -73,6 +78,15 @@ class Problem:
     make_cases: Callable[[], Sequence[Case]] = dataclasses.field(repr=False)
     rtol: float = 1e-5
     atol: float = 1e-6
+    explain: Callable[[Case, np.ndarray, np.ndarray], str | None] | None = dataclasses.field(
+        default=None, repr=False
+    )
+    imports: tuple[str, ...] = (
+        "import jax",
+        "import jax.numpy as jnp",
+        "from jax.sharding import NamedSharding",
+        "from jax.sharding import PartitionSpec as P",
+    )
 
     @functools.cached_property
     def cases(self) -> tuple[Case, ...]:
@@ -81,8 +95,9 @@ class Problem:
 
     @property
     def summary(self) -> str:
-        """The first line of the reference solution's docstring."""
-        return (inspect.getdoc(self.reference) or self.name).splitlines()[0]
+        """The first line of the reference solution's docstring, as plain text."""
+        first_line = (inspect.getdoc(self.reference) or self.name).splitlines()[0]
+        return re.sub(r"``([^`]+)``", r"\1", first_line)
 
     @property
     def page(self) -> str:
@@ -104,6 +119,97 @@ class Problem:
         """
         out = np.asarray(self.oracle(*case.args))
         return out.astype(jax.dtypes.canonicalize_dtype(out.dtype))
+
+    def diagnose(self, case: Case, received: object) -> str | None:
+        """What is wrong with ``received`` as the answer to ``case``; None if it is right.
+
+        The answer must have the expected shape and dtype, and values within
+        :attr:`rtol` and :attr:`atol` of the oracle's. The message names the first
+        difference: the shape, the dtype, or the first element that differs, with
+        both values, then what the mistake looks like when :attr:`explain`
+        recognises it.
+
+        Args:
+          case: the case that was run.
+          received: what the solution returned.
+
+        Returns:
+          None if ``received`` is right, else one or more sentences.
+
+        Examples:
+          >>> import numpy as np
+          >>> from shard_tutorial.problems import get_problem
+          >>> psum = get_problem("shard_map_psum")
+          >>> case = psum.cases[4]
+          >>> case.label
+          'length 32, one block per device on 8'
+          >>> psum.diagnose(case, np.float32(496.0)) is None
+          True
+          >>> print(psum.diagnose(case, np.float32(6.0)))
+          value: expected 496.0, received 6.0. That is the sum of the first 4 of the 32
+          elements only: one device's partial sum. The partial sums of the blocks must be
+          added up across the devices, with jax.lax.psum over "data".
+          >>> print(psum.diagnose(case, np.float32(496.0).astype(np.float64)))
+          dtype: expected float32, received float64
+        """
+        expected = self.expected(case)
+        try:
+            got = np.asarray(received)
+        except Exception as error:  # noqa: BLE001 (anything a solution returns is reported)
+            return f"returned {type(received).__name__}, which is not an array: {error}"
+        if got.dtype == object:
+            return f"returned {type(received).__name__}, not an array of numbers"
+        if got.shape != expected.shape:
+            message = f"shape: expected {expected.shape}, received {got.shape}"
+        elif got.dtype != expected.dtype:
+            return f"dtype: expected {expected.dtype}, received {got.dtype}"
+        else:
+            close = np.isclose(got, expected, rtol=self.rtol, atol=self.atol, equal_nan=True)
+            if close.all():
+                return None
+            if expected.shape == ():
+                message = f"value: expected {_number(expected)}, received {_number(got)}"
+            else:
+                wrong = np.argwhere(~close)
+                first = tuple(int(i) for i in wrong[0])
+                message = (
+                    f"values: {len(wrong)} of {expected.size} differ; the first at index "
+                    f"{first[0] if len(first) == 1 else first}: expected "
+                    f"{_number(expected[first])}, received {_number(got[first])}"
+                )
+        try:
+            hint = self.explain(case, expected, got) if self.explain else None
+        except Exception:  # noqa: BLE001 (a hint is a bonus; never fail the diagnosis)
+            hint = None
+        return f"{message}. {hint}." if hint else message
+
+    def starter(self) -> str:
+        """A file to start a solution from: the imports, the signature and the statement.
+
+        Returns:
+          Python source whose function has the reference's signature and docstring
+          and no body.
+
+        Examples:
+          >>> from shard_tutorial.problems import get_problem
+          >>> starter = get_problem("shard_map_double").starter()
+          >>> print(starter.split("def ")[1].splitlines()[0])
+          shard_map_double(x: jax.Array) -> jax.Array:
+          >>> starter.rstrip().endswith('raise NotImplementedError("write your solution here")')
+          True
+        """
+        signature = _signature_text(self.reference)
+        docstring = (inspect.getdoc(self.reference) or "").replace('"""', '\\"\\"\\"')
+        body = "\n".join("    " + line if line else "" for line in docstring.splitlines())
+        return (
+            f'"""Starter for the shard_tutorial problem "{self.title}" ({self.page}).\n\n'
+            "Write the function below, then check it on 1 and on 8 devices:\n\n"
+            f"    python -m shard_tutorial check {self.name} {self.name}.py\n"
+            '"""\n\n'
+            + "\n".join(self.imports)
+            + f'\n\n\ndef {self.name}{signature}:\n    """{body.lstrip()}\n    """\n'
+            + '    raise NotImplementedError("write your solution here")\n'
+        )
 
     def describe(self, case: Case) -> str:
         """A one-line account of a case's arguments: shapes and dtypes of arrays, values of numbers.
@@ -147,6 +253,60 @@ def precise(array: np.ndarray) -> np.ndarray:
     kind = array.dtype.kind
     wide = {"b": np.int64, "i": np.int64, "u": np.uint64, "f": np.float64, "c": np.complex128}
     return array.astype(wide[kind])
+
+
+def first_block_only(expected: np.ndarray, received: np.ndarray, axis: int = 0) -> str | None:
+    """A hint if ``received`` is one device's block of ``expected`` along ``axis``.
+
+    That is what comes back when ``out_specs`` says the output is replicated
+    (``P()``) but each device returned only its own block.
+
+    Args:
+      expected: the right answer.
+      received: the answer given, with the same rank.
+      axis: the axis the blocks are cut along.
+
+    Returns:
+      The hint, or None if ``received`` is not a leading block of ``expected``.
+    """
+    length = expected.shape[axis] if expected.ndim > axis else 0
+    if received.ndim != expected.ndim or not 0 < received.shape[axis] < length:
+        return None
+    block = received.shape[axis]
+    if length % block or not np.allclose(received, np.take(expected, range(block), axis=axis)):
+        return None
+    return (
+        f"The result is the first block only ({block} of {length}), as one device returns it: "
+        'out_specs must put the blocks of all devices back together (P("data")), not P()'
+    )
+
+
+def _number(value: np.ndarray | np.generic) -> str:
+    """A number with the digits its dtype has: a float32 as ``-4.748629``, not 17 digits."""
+    value = np.asarray(value)
+    return str(value[()]) if value.dtype.kind in "fc" else repr(value.item())
+
+
+def _signature_text(function: Callable[..., object]) -> str:
+    """``function``'s signature as written in its source, annotations unquoted."""
+
+    def annotation(value: object) -> str:
+        return value if isinstance(value, str) else inspect.formatannotation(value)
+
+    signature = inspect.signature(function)
+    parameters = [
+        parameter.name
+        + (
+            f": {annotation(parameter.annotation)}"
+            if parameter.annotation is not parameter.empty
+            else ""
+        )
+        + (f" = {parameter.default!r}" if parameter.default is not parameter.empty else "")
+        for parameter in signature.parameters.values()
+    ]
+    returns = signature.return_annotation
+    arrow = f" -> {annotation(returns)}" if returns is not signature.empty else ""
+    return f"({', '.join(parameters)}){arrow}"
 
 
 def _describe_value(value: object) -> str:

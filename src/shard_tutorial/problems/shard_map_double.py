@@ -18,7 +18,7 @@ from jax.sharding import PartitionSpec as P
 
 from shard_tutorial._validation import check_array
 from shard_tutorial.meshes import data_mesh, place
-from shard_tutorial.problem import Case, Problem, precise
+from shard_tutorial.problem import Case, Problem, first_block_only, precise
 
 __all__ = ["PROBLEM", "shard_map_double"]
 
@@ -76,6 +76,14 @@ def _oracle(x: np.ndarray) -> np.ndarray:
     return precise(x) * 2.0
 
 
+def _explain(case: Case, expected: np.ndarray, received: np.ndarray) -> str | None:
+    if received.shape != expected.shape:
+        return first_block_only(expected, received)
+    if np.allclose(received, case.args[0]):
+        return "The values are x itself, not doubled"
+    return None
+
+
 def _cases() -> list[Case]:
     rng = np.random.default_rng(20260101)
     return [
@@ -101,4 +109,5 @@ PROBLEM = Problem(
     reference=shard_map_double,
     oracle=_oracle,
     make_cases=_cases,
+    explain=_explain,
 )

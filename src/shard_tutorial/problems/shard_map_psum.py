@@ -79,6 +79,29 @@ def _oracle(x: np.ndarray) -> np.ndarray:
     return np.sum(precise(x))
 
 
+def _explain(case: Case, expected: np.ndarray, received: np.ndarray) -> str | None:
+    x = precise(case.args[0])
+    n = x.shape[0]
+    if received.ndim == 1 and 1 < received.shape[0] <= n and n % received.shape[0] == 0:
+        if np.isclose(np.sum(received), expected, rtol=1e-5, atol=1e-4):
+            return (
+                f"These are {received.shape[0]} partial sums, one per device: add them "
+                'with jax.lax.psum over "data" and return the total with out_specs=P()'
+            )
+        return None
+    if received.shape != ():
+        return None
+    for devices in range(2, n + 1):
+        block = n // devices
+        if n % devices == 0 and np.isclose(received, np.sum(x[:block]), rtol=1e-5, atol=1e-4):
+            return (
+                f"That is the sum of the first {block} of the {n} elements only: one device's "
+                "partial sum. The partial sums of the blocks must be added up across the "
+                'devices, with jax.lax.psum over "data"'
+            )
+    return None
+
+
 def _cases() -> list[Case]:
     rng = np.random.default_rng(20260103)
     return [
@@ -102,4 +125,5 @@ PROBLEM = Problem(
     oracle=_oracle,
     make_cases=_cases,
     atol=1e-4,  # a float32 sum of 1024 values, added in a different order than NumPy's
+    explain=_explain,
 )

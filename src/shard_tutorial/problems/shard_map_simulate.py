@@ -170,6 +170,33 @@ def _oracle(seed: float, x: np.ndarray, num_shards: float, features: float) -> n
     return (precise(x) @ kernel + bias).reshape(-1)
 
 
+def _explain(case: Case, expected: np.ndarray, received: np.ndarray) -> str | None:
+    _, x, num_shards, features = case.args
+    rows, shards, features = x.shape[0], int(num_shards), int(features)
+    if received.shape == (rows, features):
+        return "The output is not flattened: return it with .reshape(-1)"
+    if received.shape != expected.shape or rows == 0:
+        return None
+    chunk = rows // shards
+    blocks = expected.reshape(shards, chunk, features)
+    joined_on_axis_1 = np.concatenate(list(blocks), axis=1).reshape(-1)
+    if shards > 1 and np.allclose(received, joined_on_axis_1, rtol=1e-5, atol=1e-5):
+        return (
+            "These are the right blocks, joined along axis 1: join the shards' outputs along "
+            "axis 0, the batch axis, before flattening"
+        )
+    got = received.reshape(shards, chunk, features)
+    right = [
+        bool(np.allclose(g, e, rtol=1e-5, atol=1e-5)) for g, e in zip(got, blocks, strict=True)
+    ]
+    if shards > 1 and right[0] and not all(right[1:]):
+        return (
+            "Shard 0's outputs are right and the other shards' are not, as if each shard had "
+            "its own parameters: build the model once, outside the loop"
+        )
+    return None
+
+
 def _cases() -> list[Case]:
     rng = np.random.default_rng(20260104)
 
@@ -200,4 +227,12 @@ PROBLEM = Problem(
     oracle=_oracle,
     make_cases=_cases,
     atol=1e-5,  # float32 matmuls against a float64 oracle
+    explain=_explain,
+    imports=(
+        "import jax",
+        "import jax.numpy as jnp",
+        "from flax import nnx",
+        "from jax.sharding import NamedSharding",
+        "from jax.sharding import PartitionSpec as P",
+    ),
 )

@@ -1,0 +1,123 @@
+"""The command line: list the problems, write a starter file, check a solution.
+
+::
+
+    python -m shard_tutorial list
+    python -m shard_tutorial starter shard_map_psum > shard_map_psum.py
+    python -m shard_tutorial check shard_map_psum shard_map_psum.py [--devices 1,8]
+
+``check`` exits with status 0 when every case passes on every device count, 1 when
+any fails, and 2 for a usage error (an unknown problem, a missing file, a file that
+does not define the function).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from shard_tutorial.checker import DEFAULT_DEVICES, DEFAULT_TIMEOUT, check
+from shard_tutorial.problems import PROBLEMS, get_problem
+
+
+def _device_counts(text: str) -> tuple[int, ...]:
+    try:
+        counts = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        counts = ()
+    if not counts or min(counts) < 1:
+        msg = f"expected device counts >= 1 separated by commas, such as 1,8; got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return counts
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m shard_tutorial",
+        description="Practice problems on sharded computation in JAX: list them, start "
+        "one, and check a solution on 1 and on 8 devices.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands.add_parser("list", help="list the problems")
+    starter = commands.add_parser("starter", help="print a file to start a solution from")
+    starter.add_argument("problem", help="a problem's name, as `list` shows it")
+    checking = commands.add_parser("check", help="check the solution in a file")
+    checking.add_argument("problem", help="a problem's name, as `list` shows it")
+    checking.add_argument("file", type=Path, help="the .py file that defines the solution")
+    checking.add_argument(
+        "--devices",
+        type=_device_counts,
+        default=DEFAULT_DEVICES,
+        metavar="N,M",
+        help="device counts to check on, each in a fresh process (default: 1,8)",
+    )
+    checking.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help=f"how long a case may run before it counts as a hang (default: {DEFAULT_TIMEOUT:g})",
+    )
+    checking.add_argument(
+        "--function", help="the function's name in the file (default: the problem's name)"
+    )
+    return parser
+
+
+def _defines(path: Path, name: str) -> bool | None:
+    """Whether the file defines ``name`` at top level; None if it does not parse."""
+    try:
+        tree = ast.parse(path.read_text(), filename=str(path))
+    except (SyntaxError, ValueError):
+        return None
+    bound: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound.add(node.name)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            bound.update(
+                t.id for target in targets for t in ast.walk(target) if isinstance(t, ast.Name)
+            )
+    return name in bound
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "list":
+        width = max(map(len, PROBLEMS))
+        for name in PROBLEMS:
+            problem = PROBLEMS[name]
+            print(f"{name:<{width}}  {problem.title}: {problem.summary}")
+        return 0
+    try:
+        problem = get_problem(args.problem)
+    except KeyError as error:
+        parser.error(error.args[0])
+    if args.command == "starter":
+        sys.stdout.write(problem.starter())
+        return 0
+    function = args.function or problem.name
+    if not args.file.is_file():
+        parser.error(f"no such file: {args.file}")
+    if _defines(args.file, function) is False:
+        parser.error(
+            f"{args.file} defines no function named {function!r} "
+            "(name it after the problem, or pass --function NAME)"
+        )
+    report = check(
+        problem, args.file, devices=args.devices, timeout=args.timeout, function=function
+    )
+    print(report)
+    return 0 if report.passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,351 @@
+"""The solution checker: every reference passes, every classic mistake is caught and explained.
+
+Each check runs the solution in fresh processes on 1 and 8 fake devices, whatever
+device count this test process has.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from shard_tutorial import PROBLEMS, check
+from shard_tutorial.checker import CheckReport
+
+HEADER = """\
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+
+def mesh_for(n):
+    d = jax.device_count()
+    while n % d:
+        d -= 1
+    return jax.make_mesh((d,), ("data",), devices=jax.devices()[:d])
+
+"""
+
+# The classic mistakes of each problem's "common pitfalls", as a reader would write them.
+WRONG = {
+    "psum left out": (
+        "shard_map_psum",
+        """
+        def shard_map_psum(x):
+            mesh = mesh_for(x.shape[0])
+            x = jax.device_put(x, NamedSharding(mesh, P("data")))
+            f = jax.shard_map(lambda b: jnp.sum(b), mesh=mesh, in_specs=P("data"),
+                              out_specs=P(), check_vma=False)
+            return f(x)
+        """,
+    ),
+    "out_specs says replicated": (
+        "shard_map_double",
+        """
+        def shard_map_double(x):
+            mesh = mesh_for(x.shape[0])
+            x = jax.device_put(x, NamedSharding(mesh, P("data")))
+            f = jax.shard_map(lambda b: b * 2.0, mesh=mesh, in_specs=P("data"),
+                              out_specs=P(), check_vma=False)
+            return f(x)
+        """,
+    ),
+    "model built per shard": (
+        "shard_map_simulate",
+        """
+        def shard_map_simulate(seed, x, num_shards, features):
+            num_shards, features = int(num_shards), int(features)
+            chunk = x.shape[0] // num_shards
+            outs = []
+            for i in range(num_shards):
+                model = nnx.Linear(x.shape[-1], features, rngs=nnx.Rngs(int(seed) + i))
+                outs.append(model(jax.lax.dynamic_slice_in_dim(x, i * chunk, chunk, axis=0)))
+            return jnp.concatenate(outs, axis=0).reshape(-1)
+        """,
+    ),
+    "concatenated on the wrong axis": (
+        "shard_map_simulate",
+        """
+        def shard_map_simulate(seed, x, num_shards, features):
+            num_shards, features = int(num_shards), int(features)
+            model = nnx.Linear(x.shape[-1], features, rngs=nnx.Rngs(int(seed)))
+            chunk = x.shape[0] // num_shards
+            outs = [model(jax.lax.dynamic_slice_in_dim(x, i * chunk, chunk, axis=0))
+                    for i in range(num_shards)]
+            return jnp.concatenate(outs, axis=1).reshape(-1)
+        """,
+    ),
+    "per-row function on the whole block": (
+        "shard_map_vs_vmap",
+        """
+        def shard_map_vs_vmap(x):
+            mesh = mesh_for(x.shape[0])
+            x = jax.device_put(x, NamedSharding(mesh, P("data")))
+            f = jax.shard_map(lambda rows: jnp.sum(rows**2), mesh=mesh,
+                              in_specs=P("data"), out_specs=P("data"))
+            return jnp.stack([f(x), jax.vmap(lambda r: jnp.sum(r**2))(x)])
+        """,
+    ),
+}
+
+
+def solution_file(tmp_path: Path, body: str, name: str = "solution.py") -> Path:
+    path = tmp_path / name
+    path.write_text(HEADER + textwrap.dedent(body))
+    return path
+
+
+@pytest.mark.parametrize("name", list(PROBLEMS))
+def test_every_reference_solution_passes_on_1_and_8_devices(name):
+    report = check(name, PROBLEMS[name].reference)
+    assert report.passed, str(report)
+    assert [run.devices for run in report.runs] == [1, 8]
+    assert all(len(run.results) == len(PROBLEMS[name].cases) for run in report.runs)
+    assert report.verdict() == "PASSED: every case on 1 and 8 devices"
+
+
+def test_a_missing_psum_passes_on_1_device_and_is_caught_on_8(tmp_path):
+    report = check("shard_map_psum", solution_file(tmp_path, WRONG["psum left out"][1]))
+    one, eight = report.runs
+    assert one.passed
+    assert not eight.passed
+    text = str(report)
+    assert "value: expected 496.0, received 6.0" in text
+    assert "one device's partial sum" in text
+    assert 'with jax.lax.psum over "data"' in text
+    assert "Every case passes on 1 device, but not on 8 devices" in text
+
+
+def test_an_out_specs_that_drops_blocks_is_caught(tmp_path):
+    report = check(
+        "shard_map_double", solution_file(tmp_path, WRONG["out_specs says replicated"][1])
+    )
+    one, eight = report.runs
+    assert one.passed
+    assert not eight.passed
+    assert "shape: expected (64,), received (8,)" in str(report)
+    assert "out_specs must put the blocks of all devices back together" in str(report)
+
+
+def test_a_model_built_per_shard_is_caught(tmp_path):
+    report = check("shard_map_simulate", solution_file(tmp_path, WRONG["model built per shard"][1]))
+    assert not any(run.passed for run in report.runs)
+    assert "build the model once, outside the loop" in str(report)
+
+
+def test_blocks_joined_on_the_wrong_axis_are_caught(tmp_path):
+    path = solution_file(tmp_path, WRONG["concatenated on the wrong axis"][1])
+    report = check("shard_map_simulate", path)
+    assert not any(run.passed for run in report.runs)
+    assert "joined along axis 1" in str(report)
+
+
+def test_a_body_that_is_not_vmapped_is_caught_with_jaxs_error(tmp_path):
+    path = solution_file(tmp_path, WRONG["per-row function on the whole block"][1])
+    report = check("shard_map_vs_vmap", path)
+    for run in report.runs:
+        assert {r.status for r in run.results} == {"error"}
+        message = run.results[0].message
+        assert "was given an out_specs entry which is too long" in message
+        assert f'File "{path}", line' in message  # the reader's shard_map call
+
+
+def test_an_exception_shows_its_message_and_the_readers_own_lines(tmp_path):
+    path = solution_file(
+        tmp_path,
+        """
+        def helper(x):
+            return x.reshape(3, -1)  # fails unless the length divides by 3
+
+        def shard_map_double(x):
+            return helper(x) * 2.0
+        """,
+    )
+    report = check("shard_map_double", path, devices=[1])
+    (run,) = report.runs
+    errors = [r for r in run.results if r.status == "error"]
+    assert errors
+    message = errors[0].message
+    assert message.startswith(("TypeError", "ValueError"))
+    assert "in your code:" in message
+    assert f'File "{path}", line' in message
+    assert "in helper" in message
+    assert "in shard_map_double" in message
+    assert "site-packages" not in message  # JAX's own frames are left out
+
+
+def test_a_hang_is_stopped_and_the_other_cases_still_run(tmp_path):
+    path = solution_file(
+        tmp_path,
+        """
+        def shard_map_psum(x):
+            while x.shape[0] == 32:
+                pass
+            return jnp.sum(x)
+        """,
+    )
+    report = check("shard_map_psum", path, devices=[1, 8], timeout=3)
+    for run in report.runs:
+        statuses = {r.label: r.status for r in run.results}
+        assert statuses.pop("length 32, one block per device on 8") == "timeout"
+        assert set(statuses.values()) == {"pass"}
+    assert "stopped after 3 s: an endless loop" in str(report)
+
+
+def test_a_crash_is_reported_with_the_processs_last_output(tmp_path):
+    path = solution_file(
+        tmp_path,
+        """
+        import os
+
+        def shard_map_psum(x):
+            if x.shape[0] == 12:
+                print("giving up on", x.shape)
+                os._exit(7)
+            return jnp.sum(x)
+        """,
+    )
+    report = check("shard_map_psum", path, devices=[8])
+    (run,) = report.runs
+    crashed = [r for r in run.results if r.status == "crash"]
+    assert [r.label for r in crashed] == ["length 12: split over 6 of 8 devices"]
+    assert "exit status 7" in crashed[0].message
+    assert "giving up on (12,)" in crashed[0].message
+    assert sum(r.status == "pass" for r in run.results) == len(run.results) - 1
+
+
+def test_a_file_that_does_not_load_is_reported_not_raised(tmp_path):
+    path = tmp_path / "broken.py"
+    path.write_text("def shard_map_psum(x):\n    return (\n")
+    report = check("shard_map_psum", path, devices=[1])
+    assert not report.passed
+    assert "SyntaxError" in report.runs[0].load_error
+    assert "could not load the solution" in report.verdict()
+
+
+def test_a_function_from_python_is_checked_too():
+    def my_psum(x):  # a local function, as in a notebook
+        n = jax.device_count()
+        while x.shape[0] % n:
+            n -= 1
+        mesh = jax.make_mesh((n,), ("data",), devices=jax.devices()[:n])
+        x = jax.device_put(x, NamedSharding(mesh, P("data")))
+        return jax.shard_map(
+            lambda b: jax.lax.psum(jnp.sum(b), "data"), mesh=mesh, in_specs=P("data"), out_specs=P()
+        )(x)
+
+    report = check("shard_map_psum", my_psum)
+    assert report.passed, str(report)
+    assert report.solution == "function test_a_function_from_python_is_checked_too.<locals>.my_psum"
+
+
+def test_a_function_holding_something_unpicklable_gets_advice():
+    lock = threading.Lock()
+
+    def holds_a_lock(x):
+        with lock:
+            return x * 2.0
+
+    report = check("shard_map_double", holds_a_lock)
+    assert not report.passed
+    assert "Create such things inside the function" in report.runs[0].load_error
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(KeyError, match="no problem named 'psum'"):
+        check("psum", lambda x: x)
+    with pytest.raises(
+        FileNotFoundError, match=re.escape("solution file 'nowhere.py' does not exist")
+    ):
+        check("shard_map_psum", "nowhere.py")
+    with pytest.raises(ValueError, match=r"devices must be device counts >= 1.*\(0, 8\)"):
+        check("shard_map_psum", lambda x: x, devices=(0, 8))
+    with pytest.raises(ValueError, match="timeout must be a positive number of seconds, got 0"):
+        check("shard_map_psum", lambda x: x, timeout=0)
+    with pytest.raises(
+        TypeError, match=re.escape("solution must be a function or the path of a .py file, got int")
+    ):
+        check("shard_map_psum", 3)
+
+
+def test_the_report_renders_as_text_and_as_an_html_table(tmp_path):
+    report = check("shard_map_psum", solution_file(tmp_path, WRONG["psum left out"][1]))
+    assert isinstance(report, CheckReport)
+    html = report._repr_html_()
+    assert "<table>" in html
+    assert html.count("<tr>") == len(PROBLEMS["shard_map_psum"].cases) + 1
+    assert "one device&#x27;s partial sum" in html
+    assert "FAILED" in html
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "shard_tutorial", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        timeout=600,
+    )
+
+
+def test_the_cli_lists_writes_starters_and_checks_with_exit_statuses(tmp_path):
+    listing = run_cli("list", cwd=tmp_path)
+    assert listing.returncode == 0
+    assert listing.stdout.split()[0] == "shard_map_double"
+    assert "shard_map with psum: Sum a 1-D array" in listing.stdout
+
+    starter = run_cli("starter", "shard_map_psum", cwd=tmp_path)
+    assert starter.returncode == 0
+    (tmp_path / "shard_map_psum.py").write_text(starter.stdout)
+    unfinished = run_cli(
+        "check", "shard_map_psum", "shard_map_psum.py", "--devices", "1", cwd=tmp_path
+    )
+    assert unfinished.returncode == 1
+    assert "NotImplementedError: write your solution here" in unfinished.stdout
+
+    wrong = solution_file(tmp_path, WRONG["psum left out"][1], name="wrong.py")
+    failing = run_cli("check", "shard_map_psum", str(wrong), cwd=tmp_path)
+    assert failing.returncode == 1
+    assert "FAILED (8 devices: 6 of 10 cases failed)" in failing.stdout
+
+    right = solution_file(tmp_path, "from shard_tutorial import shard_map_psum\n", name="right.py")
+    passing = run_cli("check", "shard_map_psum", str(right), "--devices", "1,8", cwd=tmp_path)
+    assert passing.returncode == 0, passing.stdout + passing.stderr
+    assert "PASSED: every case on 1 and 8 devices" in passing.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("check", "nope", "x.py"), "no problem named 'nope'"),
+        (("check", "shard_map_psum", "missing.py"), "no such file: missing.py"),
+        (
+            ("check", "shard_map_psum", "other.py"),
+            "other.py defines no function named 'shard_map_psum'",
+        ),
+        (("check", "shard_map_psum", "other.py", "--devices", "0"), "expected device counts >= 1"),
+        (("starter", "nope"), "no problem named 'nope'"),
+        (("frobnicate",), "invalid choice: 'frobnicate'"),
+    ],
+)
+def test_cli_usage_errors_exit_with_status_2(tmp_path, args, message):
+    (tmp_path / "other.py").write_text("def something_else(x):\n    return x\n")
+    result = run_cli(*args, cwd=tmp_path)
+    assert result.returncode == 2
+    assert message in result.stderr
