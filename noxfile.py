@@ -89,11 +89,46 @@ def docs(session: nox.Session) -> None:
             "--host", "127.0.0.1", "--port", "8000", *session.posargs[1:],
         )  # fmt: skip
         return
+    _build_site(session, *session.posargs)
+    session.run("pytest", "docs/tests", "--ignore=docs/tests/browser")
+
+
+@nox.session(python=NEWEST)
+def browser(session: nox.Session) -> None:
+    """Test the built site in headless Chromium: every page, link and reader action."""
+    chromium = _chromium(session)
+    _install(session, "docs", "test", "browser")
+    _build_site(session)  # the execution cache makes this quick after `docs`
+    session.run("pytest", "docs/tests/browser", *session.posargs, env={"CHROMIUM": chromium})
+
+
+def _build_site(session: nox.Session, *args: str) -> None:
     session.run(
-        "sphinx-build", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html",
-        *session.posargs,
+        "sphinx-build", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html", *args
     )  # fmt: skip
-    session.run("pytest", "docs/tests")
+
+
+def _chromium(session: nox.Session) -> str:
+    """The system's Chromium; installed from Debian's packages if missing and possible."""
+    found = (
+        os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    )
+    if found:
+        return found
+    if shutil.which("apt-get") and hasattr(os, "geteuid") and os.geteuid() == 0:
+        env = {"DEBIAN_FRONTEND": "noninteractive"}
+        session.run("apt-get", "update", "-q", external=True, env=env)
+        session.run(
+            "apt-get", "install", "-y", "-q", "--no-install-recommends", "chromium",
+            "fonts-dejavu-core", external=True, env=env,
+        )  # fmt: skip
+        found = shutil.which("chromium")
+    if not found:
+        session.error(
+            "the browser tests need Chromium: install Debian's `chromium` package "
+            "(or set CHROMIUM to a Chromium executable)"
+        )
+    return found
 
 
 @nox.session(python=NEWEST)

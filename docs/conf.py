@@ -157,5 +157,8 @@ html_theme_options = {
     "show_navbar_depth": 1,
     "show_toc_level": 2,
 }
+# The theme's colour scheme starts from the reader's system setting. (Left unset, the
+# theme's script logs "Got invalid theme mode" on every page.)
+html_context = {"default_mode": "auto"}
 html_last_updated_fmt = None
 copybutton_exclude = ".linenos, .gp, .go"  # copy code only: not prompts or output

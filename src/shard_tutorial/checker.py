@@ -46,7 +46,7 @@ STARTUP_TIMEOUT = 120.0
 """Seconds a fresh process may take to start JAX and load the solution."""
 
 _WRAP = "white-space: pre-wrap"  # a diagnosis is read, not scrolled
-_CELL = "padding: 0.1em 1.2em 0.1em 0; text-align: left"
+_CELL = "padding: 0.1em 1.2em 0.1em 0; text-align: left; white-space: nowrap"
 _SYMBOLS = {
     "pass": "pass",
     "fail": "WRONG",
@@ -232,7 +232,8 @@ class CheckReport:
                     cells.append(f'<td style="{_CELL}; color:{tint}">{html.escape(status)}</td>')
                 body.append("<tr>" + "".join(cells) + "</tr>")
             parts.append(
-                f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+                f'<div style="overflow-x: auto"><table><thead><tr>{head}</tr></thead>'
+                f"<tbody>{''.join(body)}</tbody></table></div>"
             )
         for run in self.runs:
             for results in run.problems():
@@ -386,7 +387,8 @@ def _run(problem: Problem, spec: dict[str, Any], devices: int, timeout: float) -
             break
         index, status, message = outcome.stopped
         case = problem.cases[index]
-        results[index] = CaseResult(case.label, problem.describe(case), status, message, timeout)
+        seconds = timeout if status == "timeout" else 0.0  # a crash's moment is not known
+        results[index] = CaseResult(case.label, problem.describe(case), status, message, seconds)
         start = index + 1
     ordered = tuple(
         results.get(i) or CaseResult(case.label, problem.describe(case), "not run")

@@ -1,0 +1,291 @@
+"""The built site in a real browser: every page, every link, and what readers click."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import textwrap
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page
+
+sys.path.insert(0, str(Path(__file__).parent))
+from browsing import FIGURES, SHOTS, Visit, serve, watch  # this folder
+
+PROBLEM_PAGES = [
+    "problems/shard-map-double.html",
+    "problems/shard-map-vs-vmap.html",
+    "problems/shard-map-psum.html",
+    "problems/shard-map-simulate.html",
+]
+NOTEBOOK_PAGES = ["index.html", "tutorial.html", "migrating.html", *PROBLEM_PAGES]
+
+
+def site_pages(site: Path) -> list[str]:
+    """Every HTML page of a built site, as paths from its root."""
+    skip = {"_sources", "_static", "starters", "_images"}
+    return sorted(
+        path.relative_to(site).as_posix()
+        for path in site.rglob("*.html")
+        if not skip & set(path.relative_to(site).parts)
+    )
+
+
+class Crawl:
+    """Every page of a served site, loaded once: its record, its links and its ids."""
+
+    def __init__(self, browser: Browser, base_url: str, pages: list[str]) -> None:
+        self.base_url = base_url
+        self.visits: dict[str, Visit] = {}
+        self.links: dict[str, list[str]] = {}
+        self.ids: dict[str, set[str]] = {}
+        context = browser.new_context()
+        try:
+            for path in pages:
+                page = context.new_page()
+                self.visits[path] = watch(page, base_url)
+                page.goto(base_url + path, wait_until="load")
+                page.wait_for_load_state("networkidle")
+                self.links[path] = page.eval_on_selector_all("a[href]", "as => as.map(a => a.href)")
+                self.ids[path] = set(page.eval_on_selector_all("[id]", "es => es.map(e => e.id)"))
+                self.ids[path] |= set(
+                    page.eval_on_selector_all("a[name]", "es => es.map(e => e.name)")
+                )
+                page.close()
+        finally:
+            context.close()
+
+    def broken_links(self) -> list[str]:
+        """Internal links to missing pages or files, and anchors missing from their page."""
+        broken = []
+        for source, links in self.links.items():
+            for link in links:
+                if not link.startswith(self.base_url):
+                    continue  # another site: cannot be checked offline
+                address, _, anchor = link.partition("#")
+                target = urllib.parse.urlsplit(address).path.lstrip("/") or "index.html"
+                if target.endswith("/"):
+                    target += "index.html"
+                if target in self.ids:
+                    if anchor and urllib.parse.unquote(anchor) not in self.ids[target]:
+                        broken.append(f"{source}: #{anchor} is not an id on {target}")
+                elif not _exists(self.base_url + target):
+                    broken.append(f"{source}: {target} does not exist")
+        return sorted(set(broken))
+
+
+def _exists(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=10):
+            return True
+    except urllib.error.HTTPError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def crawl(browser: Browser, base_url: str, site: Path) -> Crawl:
+    return Crawl(browser, base_url, site_pages(site))
+
+
+def test_the_site_has_the_pages_we_expect(site):
+    pages = site_pages(site)
+    for expected in ["index.html", "tutorial.html", "migrating.html", "api.html", "search.html"]:
+        assert expected in pages
+    assert set(PROBLEM_PAGES) <= set(pages)
+
+
+def test_every_page_loads_without_errors(crawl):
+    problems = {page: visit.problems() for page, visit in crawl.visits.items() if visit.problems()}
+    assert problems == {}
+
+
+def test_every_image_and_stylesheet_loads(open_page, site):
+    for path in site_pages(site):
+        page, _ = open_page(path)
+        images = page.eval_on_selector_all("img", "is => is.map(i => [i.src, i.naturalWidth])")
+        assert [src for src, width in images if not width] == [], path
+        sheets = page.eval_on_selector_all(
+            'link[rel="stylesheet"]', "ls => ls.map(l => [l.href, l.sheet !== null])"
+        )
+        assert sheets, path
+        assert [href for href, loaded in sheets if not loaded] == [], path
+        page.close()
+
+
+def test_every_internal_link_and_anchor_resolves(crawl):
+    assert sum(len(links) for links in crawl.links.values()) > 500
+    assert crawl.broken_links() == []
+
+
+def test_the_link_check_catches_a_broken_link_and_a_broken_anchor(browser, site, tmp_path):
+    scratch = tmp_path / "site"
+    shutil.copytree(site, scratch)
+    tutorial = scratch / "tutorial.html"
+    text = tutorial.read_text()
+    assert 'href="problems/shard-map-psum.html"' in text
+    text = text.replace(
+        'href="problems/shard-map-psum.html"', 'href="problems/shard-map-sum.html"', 1
+    )
+    text = text.replace('href="#data-sharding"', 'href="#data-shards"', 1)
+    tutorial.write_text(text)
+    with serve(scratch) as url:
+        broken = Crawl(browser, url, ["index.html", "tutorial.html"]).broken_links()
+    assert "tutorial.html: problems/shard-map-sum.html does not exist" in broken
+    assert "tutorial.html: #data-shards is not an id on tutorial.html" in broken
+
+
+@pytest.mark.parametrize("path", PROBLEM_PAGES)
+def test_each_solution_is_hidden_until_the_reader_opens_it(open_page, path):
+    page, _ = open_page(path)
+    dropdown = page.locator("details.sd-dropdown")
+    assert dropdown.count() == 1
+    code = dropdown.locator("div.highlight pre").first
+    assert dropdown.get_attribute("open") is None
+    assert not code.is_visible()
+    dropdown.locator("summary").click()
+    code.wait_for(state="visible")
+    function = path.removeprefix("problems/").removesuffix(".html").replace("-", "_")
+    assert f"def {function}(" in code.inner_text()
+
+
+@pytest.mark.parametrize("path", NOTEBOOK_PAGES)
+def test_each_sharding_diagram_is_drawn_with_a_size(open_page, path, site):
+    page, _ = open_page(path)
+    diagrams = page.locator("div.cell_output pre", has_text="CPU 0")
+    source = (site.parent.parent / path.replace(".html", ".md")).read_text()
+    assert diagrams.count() >= source.count("visualize_array_sharding(")
+    for index in range(diagrams.count()):
+        box = diagrams.nth(index).bounding_box()
+        assert box is not None
+        assert box["width"] > 0
+        assert box["height"] > 0
+
+
+def test_search_finds_the_psum_problem(open_page):
+    page, _ = open_page("search.html?q=psum")
+    results = page.locator("#search-results ul.search li a")
+    results.first.wait_for(timeout=15000)
+    hrefs = [results.nth(i).get_attribute("href") or "" for i in range(results.count())]
+    assert any("problems/shard-map-psum.html" in href for href in hrefs), hrefs
+
+
+def test_copy_buttons_copy_the_code(open_page):
+    page, _ = open_page("tutorial.html")
+    blocks = page.locator("div.cell_input div.highlight")
+    for index in (0, 3):
+        block = blocks.nth(index)
+        block.hover()
+        block.locator("button.copybtn").click()
+        copied = page.evaluate("navigator.clipboard.readText()")
+        assert copied.strip() == block.locator("pre").inner_text().strip()
+        assert copied.strip()
+
+
+def sidebar_order(page: Page) -> list[str]:
+    hrefs = page.eval_on_selector_all(
+        ".bd-sidebar-primary nav.bd-docs-nav a.reference.internal", "as => as.map(a => a.href)"
+    )
+    return [href.split("#")[0] for href in hrefs]
+
+
+def test_previous_and_next_visit_every_page_in_reading_order(open_page, base_url):
+    page, _ = open_page("index.html")
+    expected = list(dict.fromkeys([base_url + "index.html", *sidebar_order(page)]))
+    visited = [page.url]
+    while page.locator("a.right-next").count():
+        page.locator("a.right-next").first.click()
+        page.wait_for_load_state("load")
+        visited.append(page.url.split("#")[0])
+    assert visited == expected
+    assert len(visited) >= 9
+    while page.locator("a.left-prev").count():  # and back again
+        page.locator("a.left-prev").first.click()
+        page.wait_for_load_state("load")
+    assert page.url == base_url + "index.html"
+
+
+def test_the_dark_mode_toggle_changes_the_theme(open_page):
+    page, _ = open_page("tutorial.html")
+    light = page.evaluate("getComputedStyle(document.body).backgroundColor")
+    page.locator("button.theme-switch-button").first.click()
+    page.locator('button.theme-change-button[data-mode="dark"]').first.click()
+    assert page.evaluate("document.documentElement.dataset.theme") == "dark"
+    dark = page.evaluate("getComputedStyle(document.body).backgroundColor")
+    assert dark != light
+    page.locator("button.theme-switch-button").first.click()
+    page.locator('button.theme-change-button[data-mode="light"]').first.click()
+    assert page.evaluate("document.documentElement.dataset.theme") == "light"
+
+
+@pytest.mark.parametrize(
+    ("width", "height", "device"), [(1280, 900, "desktop"), (390, 844, "phone")]
+)
+@pytest.mark.parametrize(
+    ("path", "name"),
+    [
+        ("index.html", "landing"),
+        ("tutorial.html", "tutorial"),
+        ("problems/shard-map-psum.html", "problem"),
+    ],
+)
+def test_screenshots_for_a_person_to_look_at(context, base_url, path, name, width, height, device):
+    page = context.new_page()
+    page.set_viewport_size({"width": width, "height": height})
+    visit = watch(page, base_url)
+    page.goto(base_url + path, wait_until="load")
+    page.wait_for_load_state("networkidle")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    shot = SHOTS / f"{name}-{device}.png"
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 10_000
+    assert visit.problems() == []
+    if device == "phone":  # nothing may be wider than the phone's screen
+        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, f"{path} is {overflow}px wider than a {width}px screen"
+
+
+@pytest.fixture(scope="module")
+def empty_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A one-page site with the same theme and no content: the weight baseline."""
+    source = tmp_path_factory.mktemp("empty")
+    (source / "conf.py").write_text(
+        textwrap.dedent("""
+        extensions = ["myst_parser"]
+        html_theme = "sphinx_book_theme"
+        html_context = {"default_mode": "auto"}
+        """)
+    )
+    (source / "index.md").write_text("# Empty\n")
+    out = source / "_build"
+    subprocess.run(
+        [sys.executable, "-m", "sphinx", "-q", "-b", "html", str(source), str(out)], check=True
+    )
+    return out
+
+
+def test_page_weight_of_the_tutorial_against_an_empty_page(browser, base_url, empty_site):
+    def weigh(url: str) -> Visit:
+        context = browser.new_context()  # nothing cached
+        page = context.new_page()
+        visit = watch(page, url.rsplit("/", 1)[0] + "/")
+        page.goto(url, wait_until="load")
+        page.wait_for_load_state("networkidle")
+        context.close()
+        return visit
+
+    tutorial = weigh(base_url + "tutorial.html")
+    with serve(empty_site) as empty_url:
+        empty = weigh(empty_url + "index.html")
+    assert tutorial.problems() == []
+    assert empty.problems() == []
+    assert tutorial.transferred > empty.transferred > 0
+    FIGURES.append(
+        f"first load of tutorial.html: {tutorial.transferred:,} bytes in {tutorial.requests} "
+        f"requests; an empty page of the same theme: {empty.transferred:,} bytes in "
+        f"{empty.requests} requests ({tutorial.transferred / empty.transferred:.1f}x)"
+    )
