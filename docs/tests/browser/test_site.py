@@ -100,26 +100,31 @@ def test_the_site_has_the_pages_we_expect(site):
 
 
 def test_every_page_loads_without_errors(crawl):
-    problems = {page: visit.problems() for page, visit in crawl.visits.items() if visit.problems()}
-    assert problems == {}
+    problems = [
+        f"{page}: {problem}" for page, visit in crawl.visits.items() for problem in visit.problems()
+    ]
+    assert not problems, "\n".join(problems)
 
 
 def test_every_image_and_stylesheet_loads(open_page, site):
     for path in site_pages(site):
         page, _ = open_page(path)
         images = page.eval_on_selector_all("img", "is => is.map(i => [i.src, i.naturalWidth])")
-        assert [src for src, width in images if not width] == [], path
+        missing = [src for src, width in images if not width]
+        assert not missing, f"{path}: images that did not load: {missing}"
         sheets = page.eval_on_selector_all(
             'link[rel="stylesheet"]', "ls => ls.map(l => [l.href, l.sheet !== null])"
         )
-        assert sheets, path
-        assert [href for href, loaded in sheets if not loaded] == [], path
+        assert sheets, f"{path} has no stylesheet"
+        missing = [href for href, loaded in sheets if not loaded]
+        assert not missing, f"{path}: stylesheets that did not load: {missing}"
         page.close()
 
 
 def test_every_internal_link_and_anchor_resolves(crawl):
     assert sum(len(links) for links in crawl.links.values()) > 500
-    assert crawl.broken_links() == []
+    broken = crawl.broken_links()
+    assert not broken, "broken links:\n" + "\n".join(broken)
 
 
 def test_the_link_check_catches_a_broken_link_and_a_broken_anchor(browser, site, tmp_path):
