@@ -44,6 +44,8 @@ class Crawl:
         self.visits: dict[str, Visit] = {}
         self.links: dict[str, list[str]] = {}
         self.ids: dict[str, set[str]] = {}
+        self.images: dict[str, list[tuple[str, bool]]] = {}  # (src, drawn)
+        self.stylesheets: dict[str, list[tuple[str, bool]]] = {}  # (href, loaded)
         context = browser.new_context()
         try:
             for path in pages:
@@ -55,6 +57,12 @@ class Crawl:
                 self.ids[path] = set(page.eval_on_selector_all("[id]", "es => es.map(e => e.id)"))
                 self.ids[path] |= set(
                     page.eval_on_selector_all("a[name]", "es => es.map(e => e.name)")
+                )
+                self.images[path] = page.eval_on_selector_all(
+                    "img", "is => is.map(i => [i.src, i.naturalWidth > 0])"
+                )
+                self.stylesheets[path] = page.eval_on_selector_all(
+                    'link[rel="stylesheet"]', "ls => ls.map(l => [l.href, l.sheet !== null])"
                 )
                 page.close()
         finally:
@@ -106,19 +114,13 @@ def test_every_page_loads_without_errors(crawl):
     assert not problems, "\n".join(problems)
 
 
-def test_every_image_and_stylesheet_loads(open_page, site):
-    for path in site_pages(site):
-        page, _ = open_page(path)
-        images = page.eval_on_selector_all("img", "is => is.map(i => [i.src, i.naturalWidth])")
-        missing = [src for src, width in images if not width]
+def test_every_image_and_stylesheet_loads(crawl):
+    for path in crawl.visits:
+        missing = [src for src, drawn in crawl.images[path] if not drawn]
         assert not missing, f"{path}: images that did not load: {missing}"
-        sheets = page.eval_on_selector_all(
-            'link[rel="stylesheet"]', "ls => ls.map(l => [l.href, l.sheet !== null])"
-        )
-        assert sheets, f"{path} has no stylesheet"
-        missing = [href for href, loaded in sheets if not loaded]
+        assert crawl.stylesheets[path], f"{path} has no stylesheet"
+        missing = [href for href, loaded in crawl.stylesheets[path] if not loaded]
         assert not missing, f"{path}: stylesheets that did not load: {missing}"
-        page.close()
 
 
 def test_every_internal_link_and_anchor_resolves(crawl):
