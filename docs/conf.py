@@ -66,18 +66,18 @@ myst_heading_anchors = 3
 nb_execution_mode = "cache"
 nb_execution_cache_path = str(DOCS / "_build" / ".jupyter_cache")
 execution_cache_track = [str(ROOT / "src" / "shard_tutorial")]
-execution_cache_settings = {
-    "JAX_NUM_CPU_DEVICES": os.environ["JAX_NUM_CPU_DEVICES"],
-    "JAX_PLATFORMS": os.environ["JAX_PLATFORMS"],
-    "kernel config": KERNEL_CONFIG,
-}
+# The kernels' JAX_* and XLA_* variables (the device count above among them) count too
+# (execution_cache_variables); so does the kernels' configuration:
+execution_cache_settings = {"kernel config": KERNEL_CONFIG}
 # Pages can import these and whatever they require (jax, jaxlib, flax, numpy, ...).
 execution_cache_distributions = ["shard_tutorial", "ipykernel", "matplotlib", "rich"]
 nb_execution_timeout = 120  # seconds per cell; the slowest cell here takes a few
 nb_execution_raise_on_error = True  # a cell error fails the build...
 nb_execution_show_tb = True  # ...and the log shows the traceback
 nb_output_stderr = "warn"  # anything a cell writes to stderr is a warning, so an error
-nb_merge_streams = True
+# Each print stays next to the diagram drawn after it (True would gather a cell's
+# printed text into one block above all of its diagrams).
+nb_merge_streams = False
 nb_render_markdown_format = "myst"  # Markdown outputs may hold tables
 # Tracebacks keep IPython's colours. (The default "ipythontb" lexer fails on the backticks
 # in JAX's error messages, and that failure is a Sphinx warning.)

@@ -6,12 +6,15 @@ device count this test process has.
 
 from __future__ import annotations
 
+import math
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import jax
@@ -20,7 +23,7 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shard_tutorial import PROBLEMS, check
+from shard_tutorial import PROBLEMS, check, checker
 from shard_tutorial.checker import CheckReport
 
 HEADER = """\
@@ -228,6 +231,67 @@ def test_a_crash_is_reported_with_the_processs_last_output(tmp_path):
     assert sum(r.status == "pass" for r in run.results) == len(run.results) - 1
 
 
+def test_a_thread_the_solution_leaves_running_does_not_keep_the_check_waiting(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(checker, "EXIT_GRACE", 1.0)  # how long a finished worker may linger
+    path = solution_file(
+        tmp_path,
+        """
+        import threading, time
+
+        threading.Thread(target=time.sleep, args=(3600,)).start()  # not a daemon
+        raise RuntimeError("broken on purpose")
+        """,
+    )
+    report = check("shard_map_psum", path, devices=[1])  # before the fix: waited an hour
+    assert "RuntimeError: broken on purpose" in report.runs[0].load_error
+
+
+def test_ctrl_c_stops_the_check_and_its_processes(tmp_path):
+    marker = tmp_path / "worker.pid"
+    path = solution_file(
+        tmp_path,
+        f"""
+        import os
+        from pathlib import Path
+
+        def shard_map_psum(x):
+            Path({str(marker)!r}).write_text(str(os.getpid()))
+            while True:
+                pass
+        """,
+    )
+    # Python leaves SIGINT ignored if it started that way (under `nohup`, or `&` in a
+    # script); a terminal's Ctrl-C is what is tested, so the command gets Python's handler.
+    command = (
+        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "sys.argv = ['shard_tutorial', *sys.argv[1:]]; "
+        "runpy.run_module('shard_tutorial', run_name='__main__')"
+    )
+    cli = subprocess.Popen(
+        [sys.executable, "-c", command, "check", "shard_map_psum", str(path)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    try:
+        while not marker.exists() or not marker.read_text():  # a case is running
+            assert cli.poll() is None, cli.communicate()
+            time.sleep(0.1)
+        worker = int(marker.read_text())
+        cli.send_signal(signal.SIGINT)  # to the command only, as a notebook interrupts
+        _, stderr = cli.communicate(timeout=60)
+    finally:
+        cli.kill()
+    assert cli.returncode == 130
+    assert "interrupted: the check was stopped" in stderr
+    with pytest.raises(ProcessLookupError):  # the looping worker was killed, not left behind
+        os.kill(worker, 0)
+
+
 def test_a_file_that_does_not_load_is_reported_not_raised(tmp_path):
     path = tmp_path / "broken.py"
     path.write_text("def shard_map_psum(x):\n    return (\n")
@@ -272,10 +336,15 @@ def test_bad_arguments_are_named():
         FileNotFoundError, match=re.escape("solution file 'nowhere.py' does not exist")
     ):
         check("shard_map_psum", "nowhere.py")
-    with pytest.raises(ValueError, match=r"devices must be device counts >= 1.*\(0, 8\)"):
+    with pytest.raises(ValueError, match=r"devices must be device counts \(ints >= 1\).*\(0, 8\)"):
         check("shard_map_psum", lambda x: x, devices=(0, 8))
-    with pytest.raises(ValueError, match="timeout must be a positive number of seconds, got 0"):
-        check("shard_map_psum", lambda x: x, timeout=0)
+    for timeout in (0, -1.0, math.inf, math.nan):
+        with pytest.raises(ValueError, match="timeout must be a positive, finite number of sec"):
+            check("shard_map_psum", lambda x: x, timeout=timeout)
+    with pytest.raises(TypeError, match="timeout must be a number of seconds, got str '3'"):
+        check("shard_map_psum", lambda x: x, timeout="3")
+    with pytest.raises(ValueError, match="function='f' names a function in a file"):
+        check("shard_map_psum", lambda x: x, function="f")
     with pytest.raises(
         TypeError, match=re.escape("solution must be a function or the path of a .py file, got int")
     ):
@@ -324,7 +393,7 @@ def test_the_cli_lists_writes_starters_and_checks_with_exit_statuses(tmp_path):
     assert failing.returncode == 1
     assert "FAILED (8 devices: 6 of 10 cases failed)" in failing.stdout
 
-    right = solution_file(tmp_path, "from shard_tutorial import shard_map_psum\n", name="right.py")
+    right = solution_file(tmp_path, "from shard_tutorial import *\n", name="right.py")
     passing = run_cli("check", "shard_map_psum", str(right), "--devices", "1,8", cwd=tmp_path)
     assert passing.returncode == 0, passing.stdout + passing.stderr
     assert "PASSED: every case on 1 and 8 devices" in passing.stdout
@@ -340,6 +409,8 @@ def test_the_cli_lists_writes_starters_and_checks_with_exit_statuses(tmp_path):
             "other.py defines no function named 'shard_map_psum'",
         ),
         (("check", "shard_map_psum", "other.py", "--devices", "0"), "expected device counts >= 1"),
+        (("check", "shard_map_psum", "other.py", "--timeout", "0"), "a positive, finite number"),
+        (("check", "shard_map_psum", "other.py", "--timeout", "soon"), "got 'soon'"),
         (("starter", "nope"), "no problem named 'nope'"),
         (("frobnicate",), "invalid choice: 'frobnicate'"),
     ],

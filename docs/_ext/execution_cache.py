@@ -105,6 +105,13 @@ class FileUnits:
                     for item in node.body
                     if isinstance(item, Definition)
                 )
+        # A name defined again (a property's setter, @overload, register) is another
+        # unit: the second is ``name#2``, and so on.
+        seen: dict[str, int] = {}
+        for index, (name, node) in enumerate(definitions):
+            seen[name] = seen.get(name, 0) + 1
+            if seen[name] > 1:
+                definitions[index] = (f"{name}#{seen[name]}", node)
         fingerprints: dict[str, str] = {}
         body_lines: dict[int, str] = {}
         for name, node in definitions:
@@ -131,6 +138,18 @@ class CodeIndex:
         """Index the trees under ``roots`` (files are parsed when first asked for)."""
         self.roots = [Path(root).resolve() for root in roots]
         self._files: dict[str, FileUnits | None] = {}
+
+    def snapshot(self) -> None:
+        """Parse every tracked file now, before any kernel starts.
+
+        Fingerprints then describe the code the kernels ran, even if a file is saved
+        again while they run (the next build sees that change).
+        """
+        for root in self.roots:
+            for path in sorted(root.rglob("*.py")):
+                key = self.key_of(path)
+                if key is not None:
+                    self.file(key)
 
     def key_of(self, filename: str | Path) -> str | None:
         """The tracked path of ``filename``, or None if it is outside every tracked tree."""
@@ -186,11 +205,21 @@ def distribution_versions(names: Iterable[str]) -> dict[str, str]:
     return dict(sorted(versions.items()))
 
 
-def environment(settings: dict[str, Any], distributions: Iterable[str]) -> dict[str, Any]:
-    """Everything besides the page and the tracked code that can change a page's outputs."""
+def environment(
+    settings: dict[str, Any], distributions: Iterable[str], prefixes: Iterable[str]
+) -> dict[str, Any]:
+    """Everything besides the page and the tracked code that can change a page's outputs.
+
+    The kernels inherit this process's environment variables; those whose names start
+    with one of ``prefixes`` (``JAX_``, ``XLA_``) count.
+    """
+    prefixes = tuple(prefixes)
     return {
         "python": platform.python_version(),
         "settings": {key: str(value) for key, value in sorted(settings.items())},
+        "variables": {
+            key: value for key, value in sorted(os.environ.items()) if key.startswith(prefixes)
+        },
         "distributions": distribution_versions(distributions),
     }
 
@@ -199,7 +228,7 @@ def _environment_change(old: dict[str, Any], new: dict[str, Any]) -> str:
     changes = []
     if old.get("python") != new["python"]:
         changes.append(f"python {old.get('python')} -> {new['python']}")
-    for group in ("settings", "distributions"):
+    for group in ("settings", "variables", "distributions"):
         before, after = old.get(group, {}), new[group]
         for key in sorted(before.keys() | after.keys()):
             if before.get(key) != after.get(key):
@@ -251,9 +280,11 @@ class Manifest:
         """Load the manifest from ``directory``, or start an empty one."""
         self.path = directory / MANIFEST
         try:
-            self.pages: dict[str, dict[str, Any]] = json.loads(self.path.read_text())["pages"]
+            saved = json.loads(self.path.read_text())
+            self.pages: dict[str, dict[str, Any]] = saved["pages"]
+            self.unread: set[str] = set(saved.get("unread", []))
         except (OSError, ValueError, KeyError):
-            self.pages = {}
+            self.pages, self.unread = {}, set()
 
     def why_stale(
         self, page: Page, env: dict[str, Any], code: CodeIndex, cache: JupyterCacheAbstract
@@ -276,9 +307,17 @@ class Manifest:
         return None
 
     def save(self, known_docnames: set[str]) -> None:
-        """Write the manifest, forgetting pages that no longer exist."""
+        """Write the manifest, forgetting pages that no longer exist.
+
+        ``unread`` holds pages whose new outputs Sphinx has not yet read into a saved
+        environment: if this build stops before it finishes (Ctrl-C), the next one
+        reads them again rather than keep showing the outputs it read before.
+        """
         pages = {name: record for name, record in self.pages.items() if name in known_docnames}
-        self.path.write_text(json.dumps({"pages": pages}, indent=1, sort_keys=True))
+        unread = sorted(self.unread & known_docnames)
+        self.path.write_text(
+            json.dumps({"pages": pages, "unread": unread}, indent=1, sort_keys=True)
+        )
 
 
 # -- Execution ----------------------------------------------------------------------------------
@@ -312,7 +351,9 @@ async def _execute(page: Page, code: CodeIndex, options: dict[str, Any]) -> Exec
             kernel_env["COVERAGE_CORE"] = "sysmon"  # near-zero overhead outside tracked code
         notebook = copy.deepcopy(page.notebook)
         cwd = scratch if options["in_temp"] else str(page.path.parent)
-        last_code_cell = max(i for i, cell in enumerate(notebook.cells) if cell.cell_type == "code")
+        last_code_cell = max(
+            (i for i, cell in enumerate(notebook.cells) if cell.cell_type == "code"), default=None
+        )
 
         async def save_record(cell: Any, cell_index: int, execute_reply: Any) -> None:
             # After the last cell, while the kernel is alive, have it write its coverage
@@ -336,7 +377,10 @@ async def _execute(page: Page, code: CodeIndex, options: dict[str, Any]) -> Exec
         try:
             await client.async_execute(env=kernel_env)
         except (CellExecutionError, CellTimeoutError, DeadKernelError) as error:
-            return Execution(page, None, time.perf_counter() - start, {}, str(error))
+            return Execution(page, None, time.perf_counter() - start, None, str(error))
+        except Exception as error:  # noqa: BLE001 (no kernel of that name, say): this page's error
+            message = f"{type(error).__name__}: {error}"
+            return Execution(page, None, time.perf_counter() - start, None, message)
         seconds = time.perf_counter() - start
         return Execution(page, notebook, seconds, _units_run(scratch, rcfile, code))
 
@@ -414,7 +458,12 @@ def refresh_outputs(
     directory.mkdir(parents=True, exist_ok=True)
     cache = get_cache(directory)
     code = CodeIndex(config.execution_cache_track)
-    current = environment(config.execution_cache_settings, config.execution_cache_distributions)
+    code.snapshot()
+    current = environment(
+        config.execution_cache_settings,
+        config.execution_cache_distributions,
+        config.execution_cache_variables,
+    )
     manifest = Manifest(directory)
 
     pages = list(notebook_pages(env))
@@ -465,6 +514,7 @@ def refresh_outputs(
             "seconds": round(done.seconds, 3),
             "cache_pk": record.pk,
         }
+    manifest.unread |= stale.keys()
     manifest.save({page.docname for page in pages})
 
     wall = time.perf_counter() - start
@@ -493,7 +543,17 @@ def refresh_outputs(
         if config.nb_execution_raise_on_error:
             raise ExtensionError(message)
         LOGGER.warning(message, type="mystnb", subtype="exec", location=failed.page.docname)
-    return sorted(stale)
+    return sorted(stale.keys() | manifest.unread)
+
+
+def mark_read(app: Sphinx, exception: Exception | None) -> None:
+    """After a build that finished, every page's outputs are in Sphinx's saved environment."""
+    if exception is not None or app.config.nb_execution_mode != "cache":
+        return
+    manifest = Manifest(cache_directory(app))
+    if manifest.unread:
+        manifest.unread.clear()
+        manifest.save(set(manifest.pages))
 
 
 def setup(app: Sphinx) -> dict[str, Any]:
@@ -502,6 +562,8 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_config_value("execution_cache_track", [], "env", list)
     app.add_config_value("execution_cache_distributions", [], "env", list)
     app.add_config_value("execution_cache_settings", {}, "env", dict)
+    app.add_config_value("execution_cache_variables", ["JAX_", "XLA_"], "env", list)
     app.add_config_value("execution_cache_workers", 0, "", int)
     app.connect("env-get-outdated", refresh_outputs)
+    app.connect("build-finished", mark_read)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

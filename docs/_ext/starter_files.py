@@ -14,6 +14,7 @@ reference's signature and docstring, no body), from
 from __future__ import annotations
 
 import importlib
+import inspect
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -28,19 +29,16 @@ def _extra_dir(app: Sphinx) -> Path:
     return Path(app.outdir).parent / "extra"
 
 
-def publish_starters(app: Sphinx, config: Any) -> None:
-    """Write every problem's starter file, and have html_extra_path copy them to the site."""
-    extra = str(_extra_dir(app))
-    if extra not in config.html_extra_path:
-        config.html_extra_path.append(extra)
-    problems = importlib.import_module("shard_tutorial.problems")
-    target = _extra_dir(app) / FOLDER
-    target.mkdir(parents=True, exist_ok=True)
-    for name, problem in problems.PROBLEMS.items():
-        path = target / f"{name}.py"
-        text = problem.starter()
-        if not path.is_file() or path.read_text() != text:
-            path.write_text(text)
+def add_extra_path(app: Sphinx, config: Any) -> None:
+    """Have html_extra_path copy the starter files, which the directive writes, to the site.
+
+    They are written when a page that shows one is read, so a build that reads no page
+    imports nothing (JAX takes seconds to import) and copies the files written before.
+    """
+    extra = _extra_dir(app)
+    (extra / FOLDER).mkdir(parents=True, exist_ok=True)
+    if str(extra) not in config.html_extra_path:
+        config.html_extra_path.append(str(extra))
 
 
 class StarterCode(SphinxDirective):
@@ -58,9 +56,14 @@ class StarterCode(SphinxDirective):
         except KeyError as error:
             msg = f"starter-code: {error.args[0]}"
             raise self.error(msg) from None
-        module = importlib.import_module(problem.reference.__module__)
-        self.env.note_dependency(str(module.__file__))
+        # The starter is made of the reference's module (signature, docstring, imports)
+        # and of Problem.starter: a change to either reads this page again.
+        for source in (problem.reference, type(problem)):
+            self.env.note_dependency(inspect.getfile(source))
         code = problem.starter()
+        path = _extra_dir(self.env.app) / FOLDER / f"{problem.name}.py"
+        if not path.is_file() or path.read_text() != code:
+            path.write_text(code)
         block = nodes.literal_block(code, code, language="python")
         self.set_source_info(block)
         depth = self.env.docname.count("/")
@@ -75,5 +78,5 @@ class StarterCode(SphinxDirective):
 def setup(app: Sphinx) -> dict[str, Any]:
     """Register the directive and the starter files."""
     app.add_directive("starter-code", StarterCode)
-    app.connect("config-inited", publish_starters)
+    app.connect("config-inited", add_extra_path)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

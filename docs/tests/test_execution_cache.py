@@ -108,6 +108,15 @@ class Project:
             execution_cache_settings = {{"devices": os.environ.get("DEMO_DEVICES", "8")}}
             execution_cache_distributions = ["ipykernel"]
             execution_cache_workers = 2
+
+
+            def setup(app):
+                if os.environ.get("DEMO_INTERRUPT"):  # Ctrl-C after executing, before reading
+
+                    def interrupt(app, env, docnames):
+                        raise KeyboardInterrupt
+
+                    app.connect("env-before-read-docs", interrupt)
             """,
         )
         self.write("docs/index.md", "# Demo\n\n```{toctree}\na\nb\nc\nplain\n```\n")
@@ -222,6 +231,42 @@ def test_a_changed_environment_reexecutes_everything(project):
     assert project.build(DEMO_DEVICES="4") == set()
 
 
+def test_a_jax_or_xla_variable_counts_as_environment(project):
+    assert project.build(JAX_DEMO_SETTING="1") == {"a", "b", "c"}
+    reason = project.last_record()["executed"]["a"]["reason"]
+    assert reason == "environment changed: JAX_DEMO_SETTING (none) -> 1"
+    assert project.build(JAX_DEMO_SETTING="1", OTHER_SETTING="x") == set()
+
+
+def test_a_build_stopped_after_executing_shows_the_new_outputs_next_time(project):
+    project.edit(
+        "pkg/demo/greet.py", 'return "hello" + PUNCTUATION', 'return "bonjour" + PUNCTUATION'
+    )
+    stopped = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-W", "-q", "-b", "html", "docs", "out"],
+        cwd=project.root,
+        env={**os.environ, "PYTHONPATH": str(project.package.parent), "DEMO_INTERRUPT": "1"},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert stopped.returncode != 0
+    assert set(project.last_record()["executed"]) == {"a"}
+    assert project.build() == set()  # executed already: read from the cache, not run again
+    assert "a says bonjour!" in project.html("a")
+
+
+def test_a_notebook_page_without_code_cells_builds(project):
+    project.write(
+        "docs/d.md",
+        PAGE.split("```{{code-cell}}", maxsplit=1)[0].format(title="Page d") + "Only prose.\n",
+    )
+    project.edit("docs/index.md", "plain\n", "plain\nd\n")
+    assert project.build() == {"d"}
+    assert "Only prose." in project.html("d")
+
+
 def test_a_new_page_executes_alone_and_a_removed_page_is_forgotten(project):
     project.page("d", "print('d is new')")
     project.edit("docs/index.md", "plain\n", "plain\nd\n")
@@ -303,6 +348,24 @@ def test_a_module_splits_into_top_level_code_functions_and_methods():
     assert parsed.units_of([body]) == {"cached"}
     assert parsed.units_of([method_body]) == {"Thing.grow"}
     assert parsed.units_of([1, decorator, decorator + 1]) == {"<module>"}  # import time
+
+
+def test_a_name_defined_twice_is_two_units():
+    text = textwrap.dedent("""
+        class Box:
+            @property
+            def size(self):
+                return self._size
+
+            @size.setter
+            def size(self, value):
+                self._size = value
+        """)
+    before = units(text)
+    assert sorted(before.fingerprints) == ["<module>", "Box.size", "Box.size#2"]
+    after = units(text.replace("return self._size", "return self._size + 1"))
+    assert before.fingerprints["Box.size"] != after.fingerprints["Box.size"]
+    assert before.fingerprints["Box.size#2"] == after.fingerprints["Box.size#2"]
 
 
 @pytest.mark.parametrize(

@@ -7,14 +7,15 @@
     python -m shard_tutorial check shard_map_psum shard_map_psum.py [--devices 1,8]
 
 ``check`` exits with status 0 when every case passes on every device count, 1 when
-any fails, and 2 for a usage error (an unknown problem, a missing file, a file that
-does not define the function).
+any fails, 2 for a usage error (an unknown problem, a missing file, a file that does
+not define the function, a bad option) and 130 when interrupted with Ctrl-C.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,6 +33,17 @@ def _device_counts(text: str) -> tuple[int, ...]:
         msg = f"expected device counts >= 1 separated by commas, such as 1,8; got {text!r}"
         raise argparse.ArgumentTypeError(msg)
     return counts
+
+
+def _seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds < math.inf:
+        msg = f"expected a positive, finite number of seconds, such as 30; got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return seconds
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -56,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     checking.add_argument(
         "--timeout",
-        type=float,
+        type=_seconds,
         default=DEFAULT_TIMEOUT,
         metavar="SECONDS",
         help=f"how long a case may run before it counts as a hang (default: {DEFAULT_TIMEOUT:g})",
@@ -68,13 +80,24 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _defines(path: Path, name: str) -> bool | None:
-    """Whether the file defines ``name`` at top level; None if it does not parse."""
+    """Whether the file defines ``name`` at top level; None if that cannot be told.
+
+    It cannot be told when the file does not parse (the check reports why), or binds
+    names in ways this simple reading does not follow: ``from m import *``, or
+    statements inside top-level ``if``, ``try``, ``with`` or loop blocks.
+    """
     try:
         tree = ast.parse(path.read_text(), filename=str(path))
     except (SyntaxError, ValueError):
         return None
     bound: set[str] = set()
     for node in tree.body:
+        if isinstance(
+            node, ast.If | ast.Try | ast.TryStar | ast.With | ast.For | ast.While | ast.Match
+        ):
+            return None
+        if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
+            return None
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             bound.add(node.name)
         elif isinstance(node, ast.Import | ast.ImportFrom):
@@ -112,9 +135,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{args.file} defines no function named {function!r} "
             "(name it after the problem, or pass --function NAME)"
         )
-    report = check(
-        problem, args.file, devices=args.devices, timeout=args.timeout, function=function
-    )
+    try:
+        report = check(
+            problem, args.file, devices=args.devices, timeout=args.timeout, function=function
+        )
+    except KeyboardInterrupt:
+        print("interrupted: the check was stopped", file=sys.stderr)
+        return 130  # the shell's status for Ctrl-C
     print(report)
     return 0 if report.passed else 1
 

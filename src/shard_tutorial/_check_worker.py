@@ -14,6 +14,7 @@ prints cannot be mistaken for a report:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pickle
@@ -34,21 +35,27 @@ JAX_FILTER_NOTE = re.compile(
 )
 
 
-def _library_dirs() -> tuple[str, ...]:
+@functools.cache
+def library_dirs() -> tuple[Path, ...]:
+    """Folders of code that is not the reader's: the stdlib, installed packages, this one."""
     paths = sysconfig.get_paths()
     dirs = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths}
-    dirs.add(str(Path(__file__).resolve().parent))  # shard_tutorial itself
-    return tuple(str(Path(d).resolve()) for d in dirs)
+    dirs.add(str(Path(__file__).parent))
+    return tuple(Path(d).resolve() for d in dirs)
+
+
+def is_library_file(filename: str) -> bool:
+    """Whether ``filename`` is library code (see :func:`library_dirs`), not the reader's."""
+    path = Path(filename).resolve()
+    return any(path.is_relative_to(directory) for directory in library_dirs())
 
 
 def describe_exception(error: BaseException) -> str:
     """The error's type and message, then the frames of the solution's own code."""
-    library = _library_dirs()
     frames = [
         frame
         for frame in traceback.extract_tb(error.__traceback__)
-        if not frame.filename.startswith("<frozen")
-        and not str(Path(frame.filename).resolve()).startswith(library)
+        if not frame.filename.startswith("<frozen") and not is_library_file(frame.filename)
     ]
     message = "".join(traceback.format_exception_only(type(error), error)).strip()
     message = JAX_FILTER_NOTE.sub("", message).strip()
@@ -102,9 +109,11 @@ def main(request_file: str) -> int:
 
     problem = get_problem(request["problem"])
     sys.path.insert(0, str(Path.cwd()))
+    # The solution's code may raise anything, SystemExit included; only Ctrl-C
+    # (KeyboardInterrupt) stops the worker, as the reader meant.
     try:
         solution = load_solution(request["solution"])
-    except BaseException as error:  # noqa: BLE001 (the solution's code may raise anything)
+    except (Exception, SystemExit) as error:  # noqa: BLE001
         emit(event="load_error", message=describe_exception(error))
         return 0
     emit(event="ready")
@@ -115,7 +124,7 @@ def main(request_file: str) -> int:
         try:
             received = jax.block_until_ready(solution(*case.jax_args()))
             diagnosis = problem.diagnose(case, received)
-        except BaseException as error:  # noqa: BLE001 (idem, SystemExit included)
+        except (Exception, SystemExit) as error:  # noqa: BLE001 (as above)
             status, message = "error", describe_exception(error)
         else:
             status, message = ("pass", "") if diagnosis is None else ("fail", diagnosis)

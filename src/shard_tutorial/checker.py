@@ -19,14 +19,15 @@ from __future__ import annotations
 import dataclasses
 import html
 import json
+import math
 import os
 import pickle
 import selectors
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import textwrap
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +35,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from shard_tutorial._check_worker import is_library_file
 from shard_tutorial.problem import Problem
 from shard_tutorial.problems import get_problem
 
@@ -44,6 +46,10 @@ DEFAULT_TIMEOUT = 30.0
 """Seconds a case may take, compilation included, before it is stopped as a hang."""
 STARTUP_TIMEOUT = 120.0
 """Seconds a fresh process may take to start JAX and load the solution."""
+_POLL = 0.25  # seconds between looks at whether the check was cancelled
+EXIT_GRACE = 10.0
+"""Seconds a finished process may take to exit (saving coverage data, say) before it is
+killed: a thread the solution started must not keep the check waiting."""
 
 _WRAP = "white-space: pre-wrap"  # a diagnosis is read, not scrolled
 _CELL = "padding: 0.1em 1.2em 0.1em 0; text-align: left; white-space: nowrap"
@@ -149,7 +155,11 @@ class CheckReport:
         single = next((run for run in self.runs if run.devices == 1 and run.passed), None)
         if single is None:
             return []
-        broken = [run for run in self.runs if run.devices > 1 and not run.passed]
+        broken = [
+            run
+            for run in self.runs
+            if run.devices > 1 and not run.passed and run.load_error is None
+        ]
         if not broken:
             return []
         names = " and ".join(run.name for run in broken)
@@ -303,18 +313,29 @@ def check(
     problem = problem if isinstance(problem, Problem) else get_problem(problem)
     counts = tuple(devices)
     if not counts or not all(type(n) is int and n >= 1 for n in counts):
-        msg = f"devices must be device counts >= 1, such as (1, 8); got {devices!r}"
+        msg = f"devices must be device counts (ints >= 1), such as (1, 8); got {devices!r}"
         raise ValueError(msg)
-    if not timeout > 0:
-        msg = f"timeout must be a positive number of seconds, got {timeout!r}"
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        msg = f"timeout must be a number of seconds, got {type(timeout).__name__} {timeout!r}"
+        raise TypeError(msg)
+    if not 0 < timeout < math.inf:
+        msg = f"timeout must be a positive, finite number of seconds, got {timeout!r}"
         raise ValueError(msg)
     start = time.perf_counter()
     spec, described, load_error = _solution_spec(problem, solution, function)
     if load_error is not None:
         runs = tuple(DeviceRun(n, (), load_error) for n in counts)
     else:
-        with ThreadPoolExecutor(len(counts)) as pool:
-            runs = tuple(pool.map(lambda n: _run(problem, spec, n, timeout), counts))
+        cancel = threading.Event()  # set on Ctrl-C: the workers are killed, none restarts
+        pool = ThreadPoolExecutor(len(counts))
+        try:
+            futures = [pool.submit(_run, problem, spec, n, timeout, cancel) for n in counts]
+            runs = tuple(future.result() for future in futures)
+        except BaseException:
+            cancel.set()
+            raise
+        finally:
+            pool.shutdown()
     return CheckReport(problem.name, described, runs, time.perf_counter() - start)
 
 
@@ -334,6 +355,9 @@ def _solution_spec(
             f"solution must be a function or the path of a .py file, got {type(solution).__name__}"
         )
         raise TypeError(msg)
+    if function is not None:
+        msg = f"function={function!r} names a function in a file; solution is a function already"
+        raise ValueError(msg)
     import cloudpickle  # noqa: PLC0415 (only needed here)
 
     described = f"function {getattr(solution, '__qualname__', repr(solution))}"
@@ -364,22 +388,17 @@ def _solution_spec(
 def _installed(module: ModuleType) -> bool:
     """Whether ``module`` comes from the standard library or an installed package."""
     filename = getattr(module, "__file__", None)
-    if filename is None:
-        return True  # built in
-    path = Path(filename).resolve()
-    if path.is_relative_to(Path(__file__).resolve().parent):
-        return True  # shard_tutorial itself
-    paths = sysconfig.get_paths()
-    roots = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths}
-    return any(path.is_relative_to(Path(root).resolve()) for root in roots)
+    return filename is None or is_library_file(filename)  # no file: built in
 
 
-def _run(problem: Problem, spec: dict[str, Any], devices: int, timeout: float) -> DeviceRun:
+def _run(
+    problem: Problem, spec: dict[str, Any], devices: int, timeout: float, cancel: threading.Event
+) -> DeviceRun:
     """Every case on one device count, restarting the worker after a hang or a crash."""
     results: dict[int, CaseResult] = {}
     start = 0
-    while start < len(problem.cases):
-        outcome = _worker(problem, spec, devices, start, timeout)
+    while start < len(problem.cases) and not cancel.is_set():
+        outcome = _worker(problem, spec, devices, start, timeout, cancel)
         if outcome.load_error is not None:
             return DeviceRun(devices, (), outcome.load_error)
         results.update(outcome.results)
@@ -405,78 +424,113 @@ class _Outcome:
 
 
 def _worker(
-    problem: Problem, spec: dict[str, Any], devices: int, start: int, timeout: float
+    problem: Problem,
+    spec: dict[str, Any],
+    devices: int,
+    start: int,
+    timeout: float,
+    cancel: threading.Event,
 ) -> _Outcome:
-    read_end, write_end = os.pipe()
     with tempfile.TemporaryDirectory(prefix="shard-tutorial-check-") as scratch:
-        request = Path(scratch, "request.pkl")
-        request.write_bytes(
-            pickle.dumps(
-                {
-                    "problem": problem.name,
-                    "solution": spec,
-                    "devices": devices,
-                    "start": start,
-                    "fd": write_end,
-                }
-            )
-        )
-        output = Path(scratch, "output.txt")
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        with output.open("wb") as sink:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "shard_tutorial._check_worker", str(request)],
-                stdin=subprocess.DEVNULL,
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-                pass_fds=(write_end,),
-                env=env,
-            )
-        os.close(write_end)
+        read_end, write_end = os.pipe()
         try:
-            return _follow(problem, process, read_end, timeout, output)
+            process = _start_worker(problem, spec, devices, start, Path(scratch), write_end)
+        except BaseException:
+            os.close(read_end)
+            raise
         finally:
-            try:  # a worker that is done exits by itself; let it (it may save coverage data)
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            os.close(write_end)  # the worker holds its own copy
+        try:
+            return _follow(problem, process, read_end, start, timeout, cancel, Path(scratch))
+        finally:
+            _stop(process, grace=0 if cancel.is_set() else EXIT_GRACE)
             os.close(read_end)
 
 
+def _start_worker(
+    problem: Problem, spec: dict[str, Any], devices: int, start: int, scratch: Path, fd: int
+) -> subprocess.Popen[bytes]:
+    """Start a worker that runs the cases from ``start`` on and reports on ``fd``."""
+    request = scratch / "request.pkl"
+    request.write_bytes(
+        pickle.dumps(
+            {
+                "problem": problem.name,
+                "solution": spec,
+                "devices": devices,
+                "start": start,
+                "fd": fd,
+            }
+        )
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    with (scratch / "output.txt").open("wb") as sink:
+        return subprocess.Popen(
+            [sys.executable, "-m", "shard_tutorial._check_worker", str(request)],
+            stdin=subprocess.DEVNULL,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            pass_fds=(fd,),
+            env=env,
+        )
+
+
+def _stop(process: subprocess.Popen[bytes], grace: float) -> None:
+    """Let ``process`` exit by itself within ``grace`` seconds, else kill it."""
+    try:
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def _follow(
-    problem: Problem, process: subprocess.Popen[bytes], channel: int, timeout: float, output: Path
+    problem: Problem,
+    process: subprocess.Popen[bytes],
+    channel: int,
+    start: int,
+    timeout: float,
+    cancel: threading.Event,
+    scratch: Path,
 ) -> _Outcome:
-    """Read the worker's events until it is done, hangs, or dies."""
+    """Read the worker's events until it is done, hangs, dies, or the check is cancelled."""
     outcome = _Outcome({})
-    current: int | None = None  # the case running now
+    loaded = False
+    current: int | None = None  # the case running now, or next once the solution is loaded
     deadline = time.monotonic() + STARTUP_TIMEOUT
     buffer = b""
+
+    def last_output() -> str:
+        return (scratch / "output.txt").read_text(errors="replace")[-2000:].strip()
+
     with selectors.DefaultSelector() as selector:
         selector.register(channel, selectors.EVENT_READ)
         while True:
+            if cancel.is_set():
+                process.kill()
+                raise _Cancelled
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 process.kill()
-                if current is None:
+                if not loaded:
                     outcome.load_error = (
                         f"loading the solution took more than {STARTUP_TIMEOUT:.0f} s; does "
                         "the file run something slow or endless when it is imported?"
                     )
-                else:
+                elif current is not None:
                     message = (
                         f"stopped after {timeout:g} s: an endless loop, or a collective "
                         "(such as psum) that some devices never reach?"
                     )
                     outcome.stopped = (current, "timeout", message)
                 return outcome
-            if not selector.select(remaining):
+            if not selector.select(min(remaining, _POLL)):
                 continue
             chunk = os.read(channel, 65536)
-            if not chunk:  # the worker exited
-                process.wait()
+            if not chunk:  # the worker exited (or closed its end: it is stopped anyway)
+                _stop(process, grace=EXIT_GRACE)
                 if current is not None:
-                    tail = output.read_text(errors="replace")[-2000:].strip()
+                    tail = last_output()
                     outcome.stopped = (
                         current,
                         "crash",
@@ -484,9 +538,8 @@ def _follow(
                         f"{process.returncode}) during this case"
                         + (f"; its last output:\n{tail}" if tail else ""),
                     )
-                elif not outcome.results and outcome.load_error is None:
-                    tail = output.read_text(errors="replace")[-2000:].strip()
-                    outcome.load_error = f"the checking process failed to start:\n{tail}"
+                elif not loaded and outcome.load_error is None:
+                    outcome.load_error = f"the checking process failed to start:\n{last_output()}"
                 return outcome
             buffer += chunk
             *lines, buffer = buffer.split(b"\n")
@@ -496,23 +549,29 @@ def _follow(
                 if kind == "load_error":
                     outcome.load_error = event["message"]
                 elif kind == "ready":
+                    loaded, current = True, start
                     deadline = time.monotonic() + STARTUP_TIMEOUT
                 elif kind == "start":
                     current = event["case"]
                     deadline = time.monotonic() + timeout
                 elif kind == "result":
-                    case = problem.cases[event["case"]]
-                    outcome.results[event["case"]] = CaseResult(
+                    index = event["case"]
+                    case = problem.cases[index]
+                    outcome.results[index] = CaseResult(
                         case.label,
                         problem.describe(case),
                         event["status"],
                         event["message"],
                         event["seconds"],
                     )
-                    current = None
+                    current = index + 1 if index + 1 < len(problem.cases) else None
                     deadline = time.monotonic() + STARTUP_TIMEOUT
                 elif kind == "done":
                     return outcome
+
+
+class _Cancelled(Exception):
+    """The check was interrupted (Ctrl-C): its workers are killed, nothing is reported."""
 
 
 def _cases(results: list[CaseResult]) -> str:

@@ -67,7 +67,8 @@ class Problem:
       atol: absolute tolerance when comparing with the oracle.
       explain: recognises a problem's classic mistakes in a wrong answer:
         ``explain(case, expected, received)`` returns a sentence saying what the
-        answer looks like, or None. Only called with arrays of the expected dtype.
+        answer looks like, or None. Called when the shape or the values differ,
+        never for a dtype difference (that diagnosis stands alone).
       imports: the import lines a solution's file starts with (see :meth:`starter`).
     """
 
