@@ -6,6 +6,7 @@ device count this test process has.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -249,19 +250,23 @@ def test_a_thread_the_solution_leaves_running_does_not_keep_the_check_waiting(
 
 
 def test_ctrl_c_stops_the_check_and_its_processes(tmp_path):
-    marker = tmp_path / "worker.pid"
+    marker = tmp_path / "workers.txt"  # each worker adds its process id when its case starts
     path = solution_file(
         tmp_path,
         f"""
         import os
-        from pathlib import Path
 
         def shard_map_psum(x):
-            Path({str(marker)!r}).write_text(str(os.getpid()))
+            with open({str(marker)!r}, "a") as pids:
+                pids.write(f"{{os.getpid()}}\\n")
             while True:
                 pass
         """,
     )
+
+    def workers() -> list[int]:
+        return [int(line) for line in marker.read_text().split()] if marker.exists() else []
+
     # Python leaves SIGINT ignored if it started that way (under `nohup`, or `&` in a
     # script); a terminal's Ctrl-C is what is tested, so the command gets Python's handler.
     command = (
@@ -278,18 +283,22 @@ def test_ctrl_c_stops_the_check_and_its_processes(tmp_path):
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
     )
     try:
-        while not marker.exists() or not marker.read_text():  # a case is running
+        while len(workers()) < 2:  # a case is running on 1 and on 8 devices
             assert cli.poll() is None, cli.communicate()
             time.sleep(0.1)
-        worker = int(marker.read_text())
         cli.send_signal(signal.SIGINT)  # to the command only, as a notebook interrupts
         _, stderr = cli.communicate(timeout=60)
+        assert cli.returncode == 130
+        assert "interrupted: the check was stopped" in stderr
+        time.sleep(0.5)
+        for worker in workers():  # the looping workers were killed, not left behind
+            with pytest.raises(ProcessLookupError):
+                os.kill(worker, 0)
     finally:
         cli.kill()
-    assert cli.returncode == 130
-    assert "interrupted: the check was stopped" in stderr
-    with pytest.raises(ProcessLookupError):  # the looping worker was killed, not left behind
-        os.kill(worker, 0)
+        for worker in workers():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(worker, signal.SIGKILL)
 
 
 def test_a_file_that_does_not_load_is_reported_not_raised(tmp_path):
