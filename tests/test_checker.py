@@ -27,6 +27,10 @@ from jax.sharding import PartitionSpec as P
 from shard_tutorial import PROBLEMS, check, checker
 from shard_tutorial.checker import CheckReport
 
+# Each check runs in worker processes with their own device counts (1 and 8): the
+# suite's --devices cannot change these outcomes, so nox runs them once per Python.
+pytestmark = pytest.mark.subprocesses
+
 HEADER = """\
 import jax
 import jax.numpy as jnp
