@@ -21,7 +21,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shard_tutorial._validation import check_array, require_whole_number
+from shard_tutorial.validation import check_array, require_whole_number
 from shard_tutorial.meshes import data_mesh, place
 from shard_tutorial.problem import Case, Problem, precise
 

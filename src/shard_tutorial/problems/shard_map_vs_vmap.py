@@ -18,7 +18,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shard_tutorial._validation import check_array
+from shard_tutorial.validation import check_array
 from shard_tutorial.meshes import data_mesh, place
 from shard_tutorial.problem import Case, Problem, first_block_only, precise
 

@@ -1,11 +1,15 @@
-"""Argument checks shared by the reference implementations.
+"""Argument checks shared by the reference implementations, public so solutions can use them.
 
 Each check runs before any JAX work and raises an error that names the argument,
 shows the value received and says what was expected, so that a wrong call fails
-on the caller's line instead of deep inside XLA.
+on the caller's line instead of deep inside XLA. A reader who copies a reference
+solution into their own file imports them from here:
+``from shard_tutorial.validation import check_array``.
 """
 
 from __future__ import annotations
+
+__all__ = ["check_array", "require_whole_number"]
 
 import numbers
 
