@@ -9,12 +9,12 @@ solution into their own file imports them from here:
 
 from __future__ import annotations
 
-__all__ = ["check_array", "require_whole_number"]
-
 import numbers
 
 import jax
 import numpy as np
+
+__all__ = ["check_array", "require_whole_number"]
 
 _NUMERIC_KINDS = {"i": "integer", "u": "unsigned integer", "f": "floating", "c": "complex"}
 
