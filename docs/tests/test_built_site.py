@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import tomllib
 from pathlib import Path
 
 import flax
@@ -44,7 +45,7 @@ def test_the_tutorial_reproduces_the_seed_figures():
     layer_lines = [
         line for line in text.splitlines() if "[0.021389 0.893112 0.59892  0.977425]" in line
     ]
-    assert len(layer_lines) == 4
+    assert len(layer_lines) == 5  # jit on Auto and Explicit, constraint, reshard, shard_map
 
 
 @pytest.mark.parametrize("name", NOTEBOOK_PAGES)
@@ -118,3 +119,130 @@ def test_each_problem_page_lets_the_reader_practise(name):
     assert len(reports) == 2
     assert "PASSED: every case on 1 and 8 devices" in reports[0].get_text()
     assert "FAILED" in reports[1].get_text()
+
+
+# -- The general pages: every claim the tutorial and the migration page make about JAX is
+# -- an executed output; these pin the outputs, so a JAX release that changes one fails here.
+
+
+def cell_output(name: str, source: str) -> str:
+    """The output of the one cell on page ``name`` whose code contains ``source``."""
+    cells = [
+        cell
+        for cell in page(name).select("div.cell")
+        if (code := cell.select_one("div.cell_input")) and source in code.get_text()
+    ]
+    assert len(cells) == 1, f"{len(cells)} cells of {name} contain {source!r}"
+    output = cells[0].select_one("div.cell_output")
+    return output.get_text() if output else ""
+
+
+def test_the_tutorial_explains_tracing_before_sharding_types():
+    traced = cell_output("tutorial", "def scale(v):")
+    assert traced.count("trace time: v has type") == 2  # float32[3], then float32[4]
+    assert "trace time: v has type float32[3]" in traced
+    assert traced.count("run time: v =") == 3  # every call
+    assert "run time: v = [10. 11. 12.]" in traced
+
+
+def test_the_tutorial_sets_up_cpu_devices_on_the_cpu_platform():
+    assert "cpu cpu 8" in cell_output("tutorial", "jax.config.jax_platforms")
+    assert "cpu 8" in cell_output("migrating", "jax.config.jax_platforms")
+
+
+def test_explicit_arrays_fail_to_index_outside_jit_and_each_way_out_works():
+    assert "float32[16@data]" in cell_output("tutorial", "y = shard_map_double(")
+    assert "ShardingTypeError" in cell_output("tutorial", "\ny[0]")
+    refused = cell_output("tutorial", "attempts = {")
+    for attempt in ("y[:3]", "y.reshape(4, 4)", "jnp.sort(y)"):
+        assert f"{attempt}: ShardingTypeError" in refused
+    no_mesh = cell_output("tutorial", "y.at[0].get(out_sharding=P())\n")
+    assert "Using PartitionSpec when you are not under a mesh context" in no_mesh
+    with_mesh = cell_output("tutorial", "with jax.set_mesh(y.sharding.mesh):")
+    assert "0.0" in with_mesh
+    assert "float32[16]" in with_mesh  # replicated: no split in the type
+    assert "[ 8. 10. 12. 14.] 30.0" in with_mesh
+    assert "[0. 2. 4.]" in cell_output("tutorial", "everywhere = NamedSharding(")
+    inside_jit = cell_output("tutorial", '"a[0]": lambda a: a[0]')
+    newer = tuple(map(int, jax.__version__.split(".")[:2])) >= (0, 12)
+    assert ("jit a[0]: 0.0" in inside_jit) == newer  # what the prose says of 0.10, 0.12
+    assert "jit a[:3]: ShardingTypeError" in inside_jit  # refused by both
+    assert "0.0 [0. 2. 4.] [ 8. 10. 12. 14.] 30.0" in cell_output("tutorial", "np.asarray(y)")
+
+
+def test_the_tutorial_shows_the_communication_in_the_compiled_programs():
+    assert "[]" in cell_output("tutorial", "def collectives(")  # element-wise: none
+    contract = cell_output("tutorial", "collectives(f_contract, arr_sharded)")
+    assert re.search(r"all-reduce\(.*\{'x'\}", contract)  # summed along "x" only
+    assert "trace time: float32[4@x,8@y] -> float32[8@y]" in cell_output(
+        "tutorial", "def f_contract(x):"
+    )
+    # Auto: the type says nothing, the compiler chose a layout
+    assert "float32[8] P('y',)" in cell_output("tutorial", "result_auto = f_contract(")
+    guided = cell_output("tutorial", 'print("Auto + constraint:")')
+    assert guided.count("all-reduce(") == 2
+    assert guided.count("collective-permute(") == 2
+    assert "all-reduce(" in cell_output("tutorial", "collectives(\n    jax.shard_map(global_sum")
+    layers = [
+        line
+        for line in cell_output("tutorial", "variants = {").splitlines()
+        if "[0.021389 0.893112 0.59892  0.977425]" in line
+    ]
+    assert len(layers) == 5
+    assert all(line.endswith("['f32[4]{0} all-reduce']") for line in layers)
+
+
+def test_the_tutorial_shows_reshard_auto_axes_and_jit_shardings():
+    assert "True" in cell_output("tutorial", "jax.reshard is jax.sharding.reshard")
+    assert "float32[8@(x,y)]" in cell_output("tutorial", "jax.sharding.auto_axes(")
+    placed = cell_output("tutorial", "f_placed = jax.jit(")
+    assert "SingleDeviceSharding" in placed
+    assert "-> float32[8@(x,y)]" in placed
+    assert "does not match the sharding" in cell_output("tutorial", "f_placed(jax.device_put(")
+    assert "can only refer to Auto axes" in cell_output("tutorial", "def f_contract_constrained")
+
+
+def test_the_tutorial_shows_shard_map_per_device_values_and_types():
+    printed = cell_output("tutorial", "def f(x_block):")
+    assert printed.count("device local shape") == 1  # trace time, once
+    for device in range(8):
+        first = 4 * device
+        assert re.search(rf"device {device} has \[ *{first} +{first + 1} ", printed)
+    with_set_mesh = cell_output("tutorial", "doubled = jax.shard_map(lambda b")
+    assert "int32[32@x]" in with_set_mesh  # in_specs and mesh inferred
+    types = cell_output("tutorial", "def show_types(x_block):")
+    assert "int32[4]{V:x}" in types
+    assert "int32[]{V:x}" in types
+    assert re.search(r"after psum: +int32\[\]\n", types)
+    outside_jit = cell_output("tutorial", "jax.shard_map(local_sum, mesh=mesh_1d")
+    assert "'_rem_singleton'" in outside_jit
+    assert "'local_sum'" in cell_output("tutorial", "jax.jit(local_sum_sharded)(x)")
+    two_axes = cell_output("tutorial", "def column_sums(block):")
+    assert "[[48. 52. 56. 60. 64. 68. 72. 76.]]" in two_axes
+    assert "-> float32[1,2]{V:y}" in two_axes
+    assert re.search(r"all-reduce\(.*\{'x'\}", two_axes)
+
+
+def test_the_migration_page_shows_each_deprecation_and_removal():
+    assert "DeprecationWarning: `with mesh:`" in cell_output("migrating", "with mesh:")
+    assert "jax.experimental.pjit.pjit has been deprecated" in cell_output(
+        "migrating", "pjit_module.pjit"
+    )
+    assert "AttributeError" in cell_output("migrating", "jax.lax.pvary(")
+    assert "float32[] -> float32[]{V:x}" in cell_output("migrating", "jax.lax.pcast(")
+    assert "AttributeError" in cell_output("migrating", "jax.device_put_replicated(")
+    pmap = cell_output("migrating", "jax.make_jaxpr(jax.pmap(")
+    assert "jit[" in pmap
+    assert "shard_map[" in pmap
+    assert "(Auto,) (Explicit,)" in cell_output("migrating", "mesh_utils.create_device_mesh")
+    assert "float32[32@x]" in cell_output("migrating", "with jax.set_mesh(mesh):")
+
+
+def test_the_landing_page_says_how_to_run_the_notebooks():
+    text = page("index").get_text()
+    assert 'pip install ".[notebooks]"' in text
+    assert "JAX_PLATFORMS=cpu JAX_NUM_CPU_DEVICES=8" in text
+    pyproject = tomllib.loads((SITE.parents[2] / "pyproject.toml").read_text())
+    notebooks = " ".join(pyproject["project"]["optional-dependencies"]["notebooks"])
+    for needed in ("jupyterlab", "matplotlib", "rich"):  # the app, the diagrams
+        assert needed in notebooks
