@@ -236,3 +236,20 @@ PROBLEM = Problem(
         "from jax.sharding import PartitionSpec as P",
     ),
 )
+
+
+# For the checker: fresh random cases within the contract. The problem teaches slicing
+# by hand on one device, so it asks for no shard_map (no techniques).
+import dataclasses  # noqa: E402 (kept with the addition it serves)
+
+
+def _generate(rng: np.random.Generator) -> Case:
+    shards, chunk = int(rng.integers(1, 9)), int(rng.integers(1, 5))
+    in_dim, features = int(rng.integers(1, 9)), int(rng.integers(1, 6))
+    x = rng.normal(size=(shards * chunk, in_dim)).astype(np.float32)
+    seed = float(rng.integers(0, 2**31))
+    label = f"random: {shards} shards of {chunk} rows, {in_dim} -> {features} features"
+    return Case(label, (seed, x, float(shards), float(features)))
+
+
+PROBLEM = dataclasses.replace(PROBLEM, generate=_generate)
