@@ -39,6 +39,11 @@ def write(tmp_path: Path, source: str | bytes, name: str = "solution.py") -> Pat
     return path
 
 
+def flat(text: str) -> str:
+    """``text`` with its line breaks and indentation as single spaces."""
+    return " ".join(text.split())
+
+
 def statuses(report: CheckReport) -> set[str]:
     return {result.status for run in report.runs for result in run.results}
 
@@ -134,14 +139,14 @@ CARELESS = {
     ),
     "jax.numpy monkeypatched": (
         REFERENCE + "import jax.numpy as jnp, numpy as np\n"
-        "jnp.asarray = np.asarray = lambda *a, **k: 42\n"
+        "jnp.isclose = jnp.allclose = np.isclose = np.allclose = lambda *a, **k: True\n"
         "def shard_map_psum(x):\n    return reference(x) + 1\n",
         "fail",
         "value: expected 6.0, received 7.0",
     ),
     "a syntax error": ("def shard_map_psum(x):\n    return (\n", "load", "SyntaxError"),
     "Latin-1 bytes": (
-        b"# r\xe9sum\xe9\ndef shard_map_psum(x):\n    return x.sum()\n",
+        b"def shard_map_psum(x):\n    return 'r\xe9sum\xe9'\n",
         "load",
         "The file is not UTF-8 text",
     ),
@@ -172,7 +177,7 @@ def test_a_careless_solution_gets_a_clear_verdict(tmp_path, name):
     report = check(SHORT_PSUM, write(tmp_path, source), devices=(1,))
     (run,) = report.runs
     text = str(report)
-    assert message in text, text
+    assert flat(message) in flat(text), text
     if status == "load":
         assert run.load_error is not None
     elif status == "pass":
@@ -187,7 +192,9 @@ def test_a_file_that_re_exports_the_reference_passes_and_the_report_says_so(tmp_
     path = write(tmp_path, "from shard_tutorial import shard_map_psum\n", "réponse à x.py")
     report = check(SHORT_PSUM, path, devices=(1,))
     assert report.passed, str(report)
-    assert "the package's own reference (shard_tutorial.problems.shard_map_psum." in str(report)
+    assert "the package's own reference (shard_tutorial.problems.shard_map_psum." in flat(
+        str(report)
+    )
     assert "réponse à x.py" in report.solution
 
 
@@ -275,10 +282,12 @@ def test_x64_turned_on_by_the_file_does_not_change_the_expected_dtype(tmp_path):
             "shard_map_psum",
             """
             import jax, jax.numpy as jnp
-            from jax.sharding import PartitionSpec as P
+            from jax.sharding import NamedSharding, PartitionSpec as P
             def shard_map_psum(x):
                 mesh = jax.make_mesh((1,), ("data",), devices=jax.devices()[:1])
-                return jax.shard_map(jnp.sum, mesh=mesh, in_specs=P("data"), out_specs=P())(x)
+                x = jax.device_put(x, NamedSharding(mesh, P("data")))
+                return jax.shard_map(jnp.sum, mesh=mesh, in_specs=P("data"), out_specs=P(),
+                                     check_vma=False)(x)
             """,
             "right values, but no cross-device collective where this problem needs one",
         ),
@@ -379,7 +388,7 @@ def test_memory_is_capped_and_named(tmp_path):
         def shard_map_psum(x):
             blocks = []
             while True:
-                blocks.append(np.ones(2**26))  # 512 MiB more each time, without end
+                blocks.append(np.empty(2**26))  # 512 MiB more each time, without end
         """,
     )
     report = check(SHORT_PSUM, path, devices=(1,))
@@ -426,7 +435,7 @@ def test_processes_the_solution_starts_are_ended_with_it(tmp_path, what, start):
     assert report.passed, str(report)
     time.sleep(0.5)
     started = [int(line) for line in pids.read_text().split()]
-    assert len(started) == 2  # one per case; a fork never reported a case
+    assert len(started) >= 2  # at least one per case (tracing the solution calls it again)
     assert not [pid for pid in started if alive(pid)], what
 
 

@@ -75,9 +75,9 @@ STARTUP_TIMEOUT = 120.0
 """Seconds a fresh process may take to start JAX (slow only on a very busy machine)."""
 LOAD_TIMEOUT = 30.0
 """Seconds the solution's file may take to run (its imports included) when loaded."""
-MEMORY_LIMIT = 4 * 2**30
+MEMORY_LIMIT = 3 * 2**30
 """Bytes of address space a worker may map. JAX with 8 CPU devices maps about 1.8 GiB
-(most of it reserved, not used); a solution that needs more is stopped there."""
+(most of it reserved, not used); a solution that needs more than the rest is stopped."""
 OUTPUT_LIMIT = 256 * 2**20
 """Bytes a worker may print: beyond, the process is stopped (``SIGXFSZ``)."""
 RANDOM_CASES = 3
