@@ -19,6 +19,7 @@ import ast
 import math
 import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
@@ -130,16 +131,22 @@ def _binding(path: Path, name: str) -> str | None:
     return bound
 
 
+_interrupted = threading.Event()  # Ctrl-C was pressed during this command
+
+
 def _interrupt(signum: int, frame: FrameType | None) -> None:
     """Ctrl-C: stop every check in progress, even if the KeyboardInterrupt gets lost."""
-    from shard_tutorial import checker  # noqa: PLC0415 (it is loaded by then, or soon)
-
-    checker.INTERRUPTED.set()
+    _interrupted.set()
+    checker = sys.modules.get("shard_tutorial.checker")  # it may be half imported
+    event = getattr(checker, "INTERRUPTED", None)
+    if event is not None:
+        event.set()
     raise KeyboardInterrupt
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status (130 after Ctrl-C)."""
+    _interrupted.clear()
     previous = signal.getsignal(signal.SIGINT)
     if previous is signal.default_int_handler:
         signal.signal(signal.SIGINT, _interrupt)
@@ -158,6 +165,8 @@ def _main(argv: Sequence[str] | None) -> int:
     from shard_tutorial.problems import PROBLEMS, get_problem  # noqa: PLC0415
 
     INTERRUPTED.clear()  # a Ctrl-C of an earlier run in this process is over
+    if _interrupted.is_set():  # pressed while JAX was imported, and swallowed there
+        raise KeyboardInterrupt
 
     parser = _parser()
     args = parser.parse_args(argv)
@@ -199,6 +208,8 @@ def _main(argv: Sequence[str] | None) -> int:
         function=function,
         seed=args.seed,
     )
+    if _interrupted.is_set():
+        raise KeyboardInterrupt
     print(report)
     return 0 if report.passed else 1
 
