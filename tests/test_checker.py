@@ -407,7 +407,7 @@ def test_bad_arguments_are_named():
             check("shard_map_psum", lambda x: x, timeout=timeout)
     with pytest.raises(TypeError, match="timeout must be a number of seconds, got str '3'"):
         check("shard_map_psum", lambda x: x, timeout="3")
-    with pytest.raises(TypeError, match="seed must be a whole number, got float 1.5"):
+    with pytest.raises(TypeError, match=r"seed must be a whole number, got float 1\.5"):
         check("shard_map_psum", lambda x: x, seed=1.5)
     with pytest.raises(ValueError, match="seed must be at least 0, got -1"):
         check("shard_map_psum", lambda x: x, seed=-1)

@@ -8,7 +8,6 @@ problem cut down to its first cases: what is tested is the checker, not the prob
 from __future__ import annotations
 
 import dataclasses
-import os
 import textwrap
 import time
 from pathlib import Path
@@ -78,8 +77,10 @@ CARELESS = {
     "os._exit at import": (
         "import os\nos._exit(0)\n",
         "load",
-        "the process ended while your file was being loaded (exit status 0): does the file "
-        "call os._exit()",
+        (
+            "the process ended while your file was being loaded (exit status 0): does the "
+            "file call os._exit()"
+        ),
     ),
     "os._exit in the function": (
         "import os\ndef shard_map_psum(x):\n    os._exit(0)\n",
@@ -132,8 +133,10 @@ CARELESS = {
         "right values, but a NumPy array, not a jax.Array",
     ),
     "the device count changed at import": (
-        "import jax\njax.config.update('jax_num_cpu_devices', 4)\n"
-        "def shard_map_psum(x):\n    return x.sum()\n",
+        (
+            "import jax\njax.config.update('jax_num_cpu_devices', 4)\n"
+            "def shard_map_psum(x):\n    return x.sum()\n"
+        ),
         "load",
         "The checker sets the device count itself",
     ),
@@ -199,7 +202,7 @@ def test_a_file_that_re_exports_the_reference_passes_and_the_report_says_so(tmp_
 
 
 def test_a_directory_or_a_missing_file_is_refused(tmp_path):
-    with pytest.raises(IsADirectoryError, match="is a directory, not the .py file"):
+    with pytest.raises(IsADirectoryError, match=r"is a directory, not the \.py file"):
         check(SHORT_PSUM, tmp_path, devices=(1,))
 
 
@@ -325,7 +328,7 @@ def test_a_replicated_output_where_a_split_one_is_asked_for_gets_a_placement_ver
     assert by_label["empty"].status == "pass"  # an empty output has no layout
     assert by_label["a single element"].status == "pass"  # nor has one element
     assert by_label["example from the problem statement"].status == "placement"
-    assert "every device holds the whole result: out_specs=P() where P(\"data\")" in str(report)
+    assert 'every device holds the whole result: out_specs=P() where P("data")' in str(report)
 
 
 def test_a_mesh_that_does_not_divide_the_length_is_named(tmp_path):
@@ -404,19 +407,23 @@ def test_memory_is_capped_and_named(tmp_path):
     [
         (
             "a program",
-            "import subprocess\n"
-            "child = subprocess.Popen(['sleep', '1000'])\npid = child.pid\n",
+            "import subprocess\nchild = subprocess.Popen(['sleep', '1000'])\npid = child.pid\n",
         ),
         (
             "a multiprocessing.Process",
-            "import multiprocessing, time\n"
-            "child = multiprocessing.get_context('fork').Process(target=time.sleep, args=(1000,))\n"
-            "child.start()\npid = child.pid\n",
+            (
+                "import multiprocessing, time\n"
+                "context = multiprocessing.get_context('fork')\n"
+                "child = context.Process(target=time.sleep, args=(1000,))\n"
+                "child.start()\npid = child.pid\n"
+            ),
         ),
         (
             "a fork that crashes while the worker carries on",
-            "import time\npid = os.fork()\nif pid == 0:\n"
-            "    time.sleep(0.5)\n    raise RuntimeError('the fork fails')\n",
+            (
+                "import time\npid = os.fork()\nif pid == 0:\n"
+                "    time.sleep(0.5)\n    raise RuntimeError('the fork fails')\n"
+            ),
         ),
     ],
 )
@@ -470,4 +477,3 @@ def test_a_process_that_never_ends_does_not_keep_the_check_waiting(tmp_path):
     assert report.passed, str(report)
     assert report.seconds < 30
     assert not alive(int(pids.read_text()))
-    assert os.path.exists(path)

@@ -96,9 +96,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _binding(path: Path, name: str) -> str | None:
-    """How the file binds ``name`` at top level: ``"def"``, ``"class"``, ``"import"``,
-    ``"value"`` (an assignment of a literal, such as ``3``), ``"other"``, or ``"none"``
-    (not at all); None if that cannot be told.
+    """How the file binds ``name`` at top level; None if that cannot be told.
+
+    The answer is ``"def"``, ``"class"``, ``"import"``, ``"value"`` (an assignment of
+    a literal, such as ``3``), ``"other"``, or ``"none"`` (not at all).
 
     It cannot be told when the file does not parse (the check reports why), or binds
     names in ways this simple reading does not follow: ``from m import *``, or
@@ -134,7 +135,7 @@ def _binding(path: Path, name: str) -> str | None:
 _interrupted = threading.Event()  # Ctrl-C was pressed during this command
 
 
-def _interrupt(signum: int, frame: FrameType | None) -> None:
+def _interrupt(_signum: int, _frame: FrameType | None) -> None:
     """Ctrl-C: stop every check in progress, even if the KeyboardInterrupt gets lost."""
     _interrupted.set()
     checker = sys.modules.get("shard_tutorial.checker")  # it may be half imported

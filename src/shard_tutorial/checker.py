@@ -28,6 +28,7 @@ From Python or a notebook, pass the function; from a terminal, the file that def
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import html
 import json
@@ -384,7 +385,7 @@ def check(
       >>> print(report.verdict())
       PASSED: every case on 1 and 8 devices
       >>> report.runs[0].results[-1].label
-      'random: length 224, float32'
+      'random: length 256, float32'
     """
     problem = problem if isinstance(problem, Problem) else get_problem(problem)
     counts = tuple(devices)
@@ -605,7 +606,7 @@ class _Check:
                 env=env,
                 start_new_session=True,  # its own process group: ended as a whole
             )
-        assert process.stdin is not None  # noqa: S101 (stdin=PIPE)
+        assert process.stdin is not None
         try:
             # The worker waits for its request before it runs a line of the solution's,
             # so these limits hold from the first line on.
@@ -715,9 +716,7 @@ class _Follow:
             if index != self.current:
                 raise ValueError(index)
             if kind == "output":
-                status, message = _judge(
-                    self.check, index, event["output"], payload, self.devices
-                )
+                status, message = _judge(self.check, index, event["output"], payload)
                 seconds = float(event["seconds"])
             else:
                 status, message = "error", str(event["message"])
@@ -806,9 +805,7 @@ class _Cancelled(Exception):
     """The check was interrupted (Ctrl-C): its workers are killed, nothing is reported."""
 
 
-def _judge(
-    check: _Check, index: int, output: dict[str, Any], payload: bytes, devices: int
-) -> tuple[str, str]:
+def _judge(check: _Check, index: int, output: dict[str, Any], payload: bytes) -> tuple[str, str]:
     """The verdict on what a solution returned for case ``index``: status and message."""
     problem, case = check.problem, check.cases[index]
     kind = output["kind"]
@@ -864,8 +861,10 @@ def _not_an_array(output: dict[str, Any]) -> str:
     if kind == "NoneType":
         return "returned None, not an array: is a return statement missing?"
     if kind in {"list", "tuple"}:
+        length = output.get("length")
         return (
-            f"returned a {kind} of {output.get('length')} items, not an array: put them in one "
+            f"returned a {kind} of {length} item{'' if length == 1 else 's'}, not an array: "
+            "put them in one "
             "array (jnp.stack or jnp.asarray) and return that"
         )
     if kind == "str":
@@ -924,10 +923,8 @@ def _wait_exit(process: subprocess.Popen[bytes], grace: float) -> int | None:
 def _end_session(process: subprocess.Popen[bytes], grace: float) -> None:
     """Let the worker exit within ``grace`` seconds, then kill its whole process group."""
     _wait_exit(process, grace)
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is gone
         os.killpg(process.pid, signal.SIGKILL)  # the worker and all it started
-    except (ProcessLookupError, PermissionError):
-        pass  # the group is gone already
     process.wait()
 
 

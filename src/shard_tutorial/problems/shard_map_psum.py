@@ -19,9 +19,9 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shard_tutorial.validation import check_array
 from shard_tutorial.meshes import data_mesh, place
 from shard_tutorial.problem import Case, Problem, precise
+from shard_tutorial.validation import check_array
 
 __all__ = ["PROBLEM", "shard_map_psum"]
 
@@ -130,9 +130,9 @@ PROBLEM = Problem(
 
 
 # For the checker: fresh random cases within the contract, and the technique practised.
-import dataclasses  # noqa: E402 (kept with the additions it serves)
+import dataclasses
 
-from shard_tutorial.problem import COLLECTIVE, SHARD_MAP  # noqa: E402
+from shard_tutorial.problem import COLLECTIVE, SHARD_MAP
 
 
 def _generate(rng: np.random.Generator) -> Case:

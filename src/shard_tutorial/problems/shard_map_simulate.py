@@ -21,9 +21,9 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shard_tutorial.validation import check_array, require_whole_number
 from shard_tutorial.meshes import data_mesh, place
 from shard_tutorial.problem import Case, Problem, precise
+from shard_tutorial.validation import check_array, require_whole_number
 
 __all__ = ["PROBLEM", "data_parallel_forward", "shard_map_simulate"]
 
@@ -240,7 +240,7 @@ PROBLEM = Problem(
 
 # For the checker: fresh random cases within the contract. The problem teaches slicing
 # by hand on one device, so it asks for no shard_map (no techniques).
-import dataclasses  # noqa: E402 (kept with the addition it serves)
+import dataclasses
 
 
 def _generate(rng: np.random.Generator) -> Case:
