@@ -73,7 +73,7 @@ def test_the_layout_is_judged_from_the_outputs_own_split(placement, shape, split
     [
         (None, "returned None, not an array: is a return statement missing?"),
         ([1, 2], "returned a list of 2 items, not an array"),
-        ((1,), "returned a tuple of 1 item,, not an array"),
+        ((1,), "returned a tuple of 1 item, not an array"),
         ("abc", "returned a str ('abc'), not an array of numbers"),
         (2.5, "returned a Python float (2.5), not an array"),
         ((i for i in ()), "returned a generator, not an array"),
