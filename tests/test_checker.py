@@ -463,9 +463,9 @@ def test_the_cli_lists_writes_starters_and_checks_with_exit_statuses(tmp_path):
     assert "from seed 3; --seed 3" in failing.stdout
 
     right = solution_file(tmp_path, "from shard_tutorial import *\n", name="right.py")
-    passing = run_cli("check", "shard_map_psum", str(right), "--devices", "1,8", cwd=tmp_path)
+    passing = run_cli("check", "shard_map_psum", str(right), "--devices", "1", cwd=tmp_path)
     assert passing.returncode == 0, passing.stdout + passing.stderr
-    assert "PASSED: every case on 1 and 8 devices" in passing.stdout
+    assert "PASSED: every case on 1 device" in passing.stdout
     assert "the package's own reference" in flat(passing.stdout)
 
 

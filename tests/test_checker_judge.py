@@ -6,6 +6,9 @@ they look at are the ones the workers see.
 
 from __future__ import annotations
 
+import threading
+
+import jax
 import numpy as np
 import pytest
 from jax.sharding import NamedSharding
@@ -13,7 +16,7 @@ from jax.sharding import PartitionSpec as P
 
 from shard_tutorial import data_mesh, place, usable_device_count
 from shard_tutorial._check_worker import describe_exception, describe_output, primitives_of
-from shard_tutorial.checker import _array, _not_an_array
+from shard_tutorial.checker import _array, _Check, _judge, _not_an_array
 from shard_tutorial.problem import COLLECTIVE, SHARD_MAP, Placement
 from shard_tutorial.problems import PROBLEMS
 
@@ -105,3 +108,17 @@ def test_endless_recursion_is_reported_in_a_few_lines():
     message = describe_exception(error.value)
     assert "Endless recursion" in message
     assert len(message.splitlines()) < 40
+
+
+@pytest.mark.parametrize("x64", [False, True])
+def test_the_judge_expects_jaxs_default_dtypes_whatever_its_callers_mode(x64):
+    problem = PROBLEMS["shard_map_psum"]
+    check = _Check(problem, problem.cases, {}, 10.0, threading.Event())
+    header, payload = describe_output(problem.reference(*problem.cases[4].jax_args()))
+    header["primitives"] = ["shard_map", "psum"]
+    with jax.enable_x64(x64):  # a notebook that turned 64-bit mode on
+        assert _judge(check, 4, header, payload) == ("pass", "")
+        wide = np.float64(496.0)
+        header64 = {**header, "dtype": "float64"}
+        status, message = _judge(check, 4, header64, wide.tobytes())
+    assert (status, message) == ("fail", "dtype: expected float32, received float64")

@@ -51,6 +51,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import jax
 import numpy as np
 
 from shard_tutorial._check_worker import MEMORY_SIGNS, is_library_file
@@ -812,7 +813,8 @@ def _judge(check: _Check, index: int, output: dict[str, Any], payload: bytes) ->
     if kind not in {"jax.Array", "numpy"}:
         return "fail", _not_an_array(output)
     received = _array(output, payload)
-    diagnosis = problem.diagnose(case, received)
+    with jax.enable_x64(False):  # the expected dtypes are JAX's defaults, whatever the caller's
+        diagnosis = problem.diagnose(case, received)
     if diagnosis is not None:
         return "fail", diagnosis
     if kind == "numpy":
