@@ -7,6 +7,8 @@ import inspect
 import subprocess
 import sys
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -48,17 +50,95 @@ def test_the_statement_documents_every_argument(name):
     assert problem.summary == doc.splitlines()[0].replace("``", "")
 
 
-def test_expected_uses_jax_default_dtypes():
+def test_expected_follows_jax_dtype_rules_in_the_active_mode():
     doubling = Problem(
-        "p", "t", reference=lambda x: x, oracle=lambda x: precise(x) * 2.0, make_cases=list
+        "p",
+        "t",
+        reference=lambda x: x,
+        oracle=lambda x: precise(x) * 2.0,
+        make_cases=list,
+        unsharded=lambda x: x * 2.0,
     )
     assert doubling.expected(Case("f", (np.ones(2, np.float32),))).dtype == np.float32
     assert doubling.expected(Case("i", (np.ones(2, np.int32),))).dtype == np.float32
+    assert doubling.expected(Case("b", (np.ones(2, jnp.bfloat16),))).dtype == jnp.bfloat16
+    assert doubling.expected(Case("u", (np.ones(2, np.uint8),))).dtype == np.float32
     summing = Problem(
-        "p", "t", reference=lambda x: x, oracle=lambda x: np.sum(precise(x)), make_cases=list
+        "p",
+        "t",
+        reference=lambda x: x,
+        oracle=lambda x: np.sum(precise(x)),
+        make_cases=list,
+        unsharded=jnp.sum,
     )
-    assert summing.expected(Case("i", (np.arange(4, dtype=np.int32),))).dtype == np.int32
-    assert summing.expected(Case("i", (np.arange(4, dtype=np.int32),))) == 6
+    ints = Case("i", (np.arange(4, dtype=np.int32),))
+    assert summing.expected(ints).dtype == np.int32
+    assert summing.expected(ints) == 6
+    assert summing.expected(Case("i8", (np.arange(4, dtype=np.int8),))).dtype == np.int32
+    assert summing.expected(Case("i64", (np.arange(4, dtype=np.int64),))).dtype == np.int32
+    with jax.enable_x64(True):
+        assert summing.expected(Case("i64", (np.arange(4, dtype=np.int64),))).dtype == np.int64
+        assert doubling.expected(ints).dtype == np.float64
+        assert doubling.expected(Case("f", (np.ones(2, np.float32),))).dtype == np.float32
+
+
+CASE = Case("sizes", (np.array([1.0, -2.0, 3.0, -4.0], np.float32),))
+
+
+@pytest.mark.parametrize(
+    ("dtype", "rtol", "atol"),
+    [
+        (np.int32, 0.0, 0.0),
+        (np.uint8, 0.0, 0.0),
+        (np.float32, 1e-5, 1e-4),
+        (np.float64, 1e-5, 1e-4),
+        (np.complex64, 1e-5, 1e-4),
+        (jnp.bfloat16, 2 * 2.0**-7, 2 * 2.0**-7 * 10),
+        (np.float16, 2 * 2.0**-10, 2 * 2.0**-10 * 10),
+        (jnp.float8_e4m3fn, 2 * 2.0**-3, 2 * 2.0**-3 * 10),
+    ],
+)
+def test_tolerance_fits_the_dtype_and_the_size_of_the_terms(dtype, rtol, atol):
+    # A sum of 1, -2, 3, -4: the rounding errors scale with 1 + 2 + 3 + 4 = 10.
+    assert get_problem("shard_map_psum").tolerance(CASE, np.dtype(dtype)) == pytest.approx(
+        (rtol, atol)
+    )
+
+
+def test_elementwise_tolerance_is_per_element():
+    rtol, atol = get_problem("shard_map_double").tolerance(CASE, np.dtype(jnp.bfloat16))
+    assert rtol == 2 * 2.0**-7
+    np.testing.assert_allclose(atol, 2 * 2.0**-7 * np.array([2.0, 4.0, 6.0, 8.0]))
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, np.float16, np.float32])
+def test_a_right_low_precision_answer_passes_and_a_wrong_one_fails(dtype):
+    rng = np.random.default_rng(0)
+    psum = get_problem("shard_map_psum")
+    x = rng.uniform(0, 1, size=64).astype(dtype)  # sum about 32
+    case = Case("low precision", (x,))
+    right = psum.reference(jnp.asarray(x))
+    assert right.dtype == dtype
+    assert psum.diagnose(case, right) is None
+    off_by_2 = np.asarray(right) + np.asarray(2, dtype)  # bfloat16 has 0.25 between 32 and 64
+    assert psum.diagnose(case, off_by_2).startswith("value: expected ")
+    double = get_problem("shard_map_double")
+    x = rng.normal(size=64).astype(dtype)
+    case = Case("low precision", (x,))
+    y = np.asarray(double.reference(jnp.asarray(x)))
+    assert double.diagnose(case, y) is None
+    wrong = y.copy()
+    wrong[5] = y[5] + np.asarray(1, dtype)
+    message = double.diagnose(case, wrong)
+    assert message.startswith("values: 1 of 64 differ; the first at index 5")
+    assert double.diagnose(case, y.astype(np.float64)).startswith("dtype: expected")
+
+
+def test_integer_answers_must_be_exact():
+    psum = get_problem("shard_map_psum")
+    case = Case("ints", (np.arange(100, dtype=np.int32),))
+    assert psum.diagnose(case, np.int32(4950)) is None
+    assert psum.diagnose(case, np.int32(4951)) == "value: expected 4950, received 4951"
 
 
 def test_get_problem_accepts_page_style_names_and_lists_the_names_on_error():

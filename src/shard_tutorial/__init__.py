@@ -29,6 +29,7 @@ _LAZY = {
     "PROBLEMS": "shard_tutorial.problems",
     "check": "shard_tutorial.checker",
     "data_mesh": "shard_tutorial.meshes",
+    "data_mesh_for": "shard_tutorial.meshes",
     "data_parallel_forward": "shard_tutorial.problems.shard_map_simulate",
     "get_problem": "shard_tutorial.problems",
     "place": "shard_tutorial.meshes",
@@ -45,6 +46,7 @@ __all__ = [
     "PROBLEMS",
     "check",
     "data_mesh",
+    "data_mesh_for",
     "data_parallel_forward",
     "get_problem",
     "place",
@@ -73,7 +75,13 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # what type checkers and IDEs see
     from shard_tutorial.checker import check
     from shard_tutorial.devices import use_cpu_devices
-    from shard_tutorial.meshes import DATA_AXIS, data_mesh, place, usable_device_count
+    from shard_tutorial.meshes import (
+        DATA_AXIS,
+        data_mesh,
+        data_mesh_for,
+        place,
+        usable_device_count,
+    )
     from shard_tutorial.problems import PROBLEMS, get_problem
     from shard_tutorial.problems.shard_map_double import shard_map_double
     from shard_tutorial.problems.shard_map_psum import shard_map_psum

@@ -12,6 +12,10 @@ The mesh axes are :attr:`jax.sharding.AxisType.Explicit`, what ``jax.make_mesh``
 builds by default today: an array's sharding is part of its type, so a function
 must place its input on the mesh (``jax.device_put``) before ``jax.shard_map``
 accepts it, and that placement is visible in the code rather than implied.
+
+Inside a transformation (``jax.jit``, ``jax.grad``, ``jax.vmap``) the references
+use :func:`data_mesh_for` instead, which keeps their mesh out of the caller's
+types; its docstring says why.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding
 
-__all__ = ["DATA_AXIS", "data_mesh", "place", "usable_device_count"]
+__all__ = ["DATA_AXIS", "data_mesh", "data_mesh_for", "place", "usable_device_count"]
 
 T = TypeVar("T")
 
@@ -89,12 +93,72 @@ def data_mesh(length: int) -> Mesh:
     return _mesh_of(usable_device_count(length))
 
 
+def data_mesh_for(x: jax.Array, *operands: object) -> Mesh:
+    """The mesh to split ``x``'s axis 0 over: :func:`data_mesh`, or its Auto twin when traced.
+
+    Called on concrete arrays (NumPy or ``jax.Array``), this is
+    ``data_mesh(x.shape[0])``: Explicit axes, so the result's type shows its
+    sharding (``float32[16@data]``).
+
+    When ``x`` or any array in ``operands`` is a tracer (the function runs inside
+    ``jax.jit``, ``jax.grad``, ``jax.vmap``...), the same devices come with
+    :attr:`~jax.sharding.AxisType.Auto` axes instead. An Explicit mesh would
+    show up in the types of the caller's program, and JAX's Explicit mode then
+    wants that mesh in the caller's context (``jax.set_mesh``), which the caller
+    did not set and a traced function cannot set (``jax.set_mesh`` refuses
+    inside a trace): ``jax.grad`` fails creating its first cotangent ("Please
+    enter your `jit` into a mesh context via `jax.set_mesh`"). With Auto axes
+    the work is split over the same devices and the caller's types stay as they
+    were (``float32[16]``). The exception is an ``x`` whose type already has an
+    Explicit mesh (a caller working in Explicit mode, e.g. under
+    ``jax.set_mesh``): then the Explicit mesh, as that caller expects.
+
+    Under ``jax.vmap`` ``x.shape`` is the shape of one example, so the mesh fits
+    the per-example length, not the batch.
+
+    Args:
+      x: the array whose axis 0 is split; it decides the mesh size.
+      *operands: the function's other inputs (arrays or pytrees such as an
+        ``nnx.State``), looked at only to tell whether the call is traced.
+
+    Returns:
+      A 1-D :class:`jax.sharding.Mesh` with axis ``"data"`` over the first
+      ``usable_device_count(x.shape[0])`` devices.
+
+    Examples:
+      >>> import jax
+      >>> import jax.numpy as jnp
+      >>> from shard_tutorial import data_mesh, data_mesh_for
+      >>> x = jnp.arange(12.0)
+      >>> data_mesh_for(x) is data_mesh(12)
+      True
+      >>> def show_mesh(x):
+      ...     mesh = data_mesh_for(x)
+      ...     print(dict(mesh.shape), [axis_type.name for axis_type in mesh.axis_types])
+      ...     return x
+      >>> _ = show_mesh(x)
+      {'data': 6} ['Explicit']
+      >>> _ = jax.jit(show_mesh)(x)
+      {'data': 6} ['Auto']
+    """
+    traced = any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves((x, operands)))
+    explicit = not traced or _has_explicit_mesh(x)
+    return _mesh_of(
+        usable_device_count(x.shape[0]), AxisType.Explicit if explicit else AxisType.Auto
+    )
+
+
+def _has_explicit_mesh(x: jax.Array) -> bool:
+    mesh = jax.typeof(x).sharding.mesh
+    return not mesh.empty and AxisType.Explicit in mesh.axis_types
+
+
 @functools.cache
-def _mesh_of(num_devices: int) -> Mesh:
+def _mesh_of(num_devices: int, axis_type: AxisType = AxisType.Explicit) -> Mesh:
     return jax.make_mesh(
         (num_devices,),
         (DATA_AXIS,),
-        axis_types=(AxisType.Explicit,),
+        axis_types=(axis_type,),
         devices=jax.devices()[:num_devices],
     )
 
@@ -107,8 +171,12 @@ def place(tree: T, sharding: NamedSharding) -> T:
     an array on a single CPU device (or a NumPy array) is cut into blocks through
     a NumPy view of its buffer, with no copy, instead of by the device-to-device
     copy program XLA would compile and run, which costs about as much as the
-    computation it feeds. Every other array (on an accelerator, already sharded,
-    or traced inside ``jax.jit``) goes to ``jax.device_put``.
+    computation it feeds. Every other concrete array (on an accelerator, already
+    sharded) goes to ``jax.device_put``, and so does a traced one (inside
+    ``jax.jit``, ``jax.grad``, ``jax.vmap``) bound for an Explicit mesh. A traced
+    array bound for an Auto mesh (see :func:`data_mesh_for`) goes to
+    ``jax.lax.with_sharding_constraint``, which, unlike ``jax.device_put``, keeps
+    the spec on the right axis when ``jax.vmap`` adds a batch axis.
 
     Args:
       tree: an array, or a pytree of arrays (NumPy or JAX), such as an
@@ -132,7 +200,10 @@ def place(tree: T, sharding: NamedSharding) -> T:
 
 def _place_array(array: object, sharding: NamedSharding) -> jax.Array:
     if isinstance(array, jax.core.Tracer):
-        return jax.device_put(array, sharding)
+        if AxisType.Explicit in sharding.mesh.axis_types:
+            return jax.device_put(array, sharding)
+        # Not jax.device_put: under jax.vmap it would leave the spec on the batch axis.
+        return jax.lax.with_sharding_constraint(array, sharding)
     if isinstance(array, jax.Array) and array.sharding == sharding:
         return array  # already there
     if isinstance(array, np.ndarray) or (

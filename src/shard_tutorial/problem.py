@@ -189,8 +189,13 @@ class Problem:
       oracle: an independent NumPy computation of the expected output, written
         without JAX's sharding so it can catch sharding mistakes.
       make_cases: builds the cases, deterministically (called once, lazily).
-      rtol: relative tolerance when comparing with the oracle.
-      atol: absolute tolerance when comparing with the oracle.
+      unsharded: the same function in plain ``jax.numpy`` on one device. The
+        result's dtype is what it gives under JAX's promotion rules (in the
+        active 64-bit mode), and the tests compare the reference's gradients
+        and ``jax.vmap`` with its own.
+      rtol: relative tolerance when comparing float32 results with the oracle
+        (see :meth:`tolerance` for the other dtypes).
+      atol: absolute tolerance when comparing float32 results with the oracle.
       explain: recognises a problem's classic mistakes in a wrong answer:
         ``explain(case, expected, received)`` returns a sentence saying what the
         answer looks like, or None. Called when the shape or the values differ,
@@ -209,6 +214,7 @@ class Problem:
     reference: Callable[..., jax.Array]
     oracle: Callable[..., np.ndarray]
     make_cases: Callable[[], Sequence[Case]] = dataclasses.field(repr=False)
+    unsharded: Callable[..., jax.Array] = dataclasses.field(repr=False)
     rtol: float = 1e-5
     atol: float = 1e-6
     explain: Callable[[Case, np.ndarray, np.ndarray], str | None] | None = dataclasses.field(
@@ -243,20 +249,97 @@ class Problem:
         return "problems/" + self.name.replace("_", "-")
 
     def expected(self, case: Case) -> np.ndarray:
-        """The oracle's answer for ``case``, in the dtype JAX's default mode produces.
+        """The oracle's answer for ``case``, in the dtype JAX gives.
 
-        The oracle computes in NumPy, often at 64-bit precision; the expected dtype
-        is that result's dtype as JAX would store it with 64-bit mode off
-        (``float64`` becomes ``float32``, ``int64`` becomes ``int32``).
+        The oracle computes in NumPy, at 64-bit precision; the expected dtype is
+        the dtype of :attr:`unsharded` on the same arguments, found by
+        ``jax.eval_shape`` (no computation), so it follows JAX's promotion rules
+        in the active mode: with ``jax_enable_x64`` off, ``int64`` input is
+        ``int32`` and ``float64`` is ``float32``; ``bfloat16`` stays ``bfloat16``.
 
         Args:
           case: one of :attr:`cases`, or any case with this problem's arguments.
 
         Returns:
           A NumPy array: the expected output.
+
+        Examples:
+          >>> import numpy as np
+          >>> import jax.numpy as jnp
+          >>> from shard_tutorial.problem import Case
+          >>> from shard_tutorial.problems import get_problem
+          >>> double = get_problem("shard_map_double")
+          >>> double.expected(Case("ints", (np.arange(3, dtype=np.int32),)))
+          array([0., 2., 4.], dtype=float32)
+          >>> double.expected(Case("bf16", (np.ones(2, jnp.bfloat16),))).dtype
+          dtype(bfloat16)
         """
-        out = np.asarray(self.oracle(*case.args))
-        return out.astype(jax.dtypes.canonicalize_dtype(out.dtype))
+        with np.errstate(invalid="ignore", over="ignore"):  # inf - inf is nan, as in JAX
+            out = np.asarray(self.oracle(*case.args))
+            return out.astype(self.result_dtype(case))
+
+    def result_dtype(self, case: Case) -> np.dtype:
+        """The dtype of the answer to ``case``: that of :attr:`unsharded`, in the active mode.
+
+        Args:
+          case: a case of this problem.
+
+        Returns:
+          A NumPy dtype (``bfloat16`` and the other ML dtypes included).
+        """
+        arrays = [i for i, a in enumerate(case.args) if isinstance(a, np.ndarray | jax.Array)]
+
+        def on_arrays(*values: jax.Array) -> jax.Array:
+            args = list(case.args)
+            for i, value in zip(arrays, values, strict=True):
+                args[i] = value
+            return self.unsharded(*args)
+
+        shape = jax.eval_shape(on_arrays, *(case.args[i] for i in arrays))
+        return np.dtype(shape.dtype)
+
+    def tolerance(self, case: Case, dtype: np.dtype) -> tuple[float, np.ndarray | float]:
+        """``(rtol, atol)`` for comparing an answer of ``dtype`` to ``case`` with the oracle.
+
+        Integers must be exact. float32 (and more precise) answers get
+        :attr:`rtol` and :attr:`atol`. A coarser float (``bfloat16``, ``float16``,
+        the ``float8`` types) gets its own rounding: ``rtol`` of 2 units of its
+        ``eps``, and per element an ``atol`` of 2 ``eps`` times the size of the
+        terms that were added up (the oracle run on ``abs`` of the inputs: for a
+        sum, the sum of the absolute values), since rounding errors grow with
+        them, not with the result. Measured on 1 and 8 devices, the references
+        stay within 0.7 of that; an answer wrong by more than the rounding fails.
+
+        Args:
+          case: the case that was run.
+          dtype: the answer's dtype.
+
+        Returns:
+          The relative tolerance and the absolute one (a number, or an array
+          shaped like the answer).
+
+        Examples:
+          >>> import numpy as np
+          >>> import jax.numpy as jnp
+          >>> from shard_tutorial.problem import Case
+          >>> from shard_tutorial.problems import get_problem
+          >>> psum = get_problem("shard_map_psum")
+          >>> case = Case("three", (np.array([1.0, -2.0, 3.0], jnp.bfloat16),))
+          >>> psum.tolerance(case, np.dtype(np.int32)), psum.tolerance(case, np.dtype(np.float32))
+          ((0.0, 0.0), (1e-05, 0.0001))
+          >>> psum.tolerance(case, np.dtype(jnp.bfloat16))  # 2 eps, and 2 eps times 1+2+3
+          (0.015625, 0.09375)
+        """
+        if not jnp.issubdtype(dtype, jnp.inexact):
+            return 0.0, 0.0
+        eps = float(jnp.finfo(dtype).eps)
+        if eps <= float(jnp.finfo(jnp.float32).eps):
+            return self.rtol, self.atol
+        with np.errstate(invalid="ignore", over="ignore"):  # inf and nan compare as equal
+            sizes = self.oracle(*(np.abs(a) if isinstance(a, np.ndarray) else a for a in case.args))
+            atol = np.maximum(self.atol, 2 * eps * np.abs(precise(sizes)))
+        atol = np.where(np.isfinite(atol), atol, 0.0)  # where the terms are not, equality decides
+        return max(self.rtol, 2 * eps), float(atol) if atol.ndim == 0 else atol
 
     def diagnose(self, case: Case, received: object) -> str | None:
         """What is wrong with ``received`` as the answer to ``case``; None if it is right.
@@ -302,7 +385,10 @@ class Problem:
         elif got.dtype != expected.dtype:
             return f"dtype: expected {expected.dtype}, received {got.dtype}"
         else:
-            close = np.isclose(got, expected, rtol=self.rtol, atol=self.atol, equal_nan=True)
+            rtol, atol = self.tolerance(case, expected.dtype)
+            close = np.isclose(
+                precise(got), precise(expected), rtol=rtol, atol=atol, equal_nan=True
+            )
             if close.all():
                 return None
             if expected.shape == ():
@@ -386,11 +472,24 @@ def precise(array: np.ndarray) -> np.ndarray:
       >>> from shard_tutorial.problem import precise
       >>> precise(np.array([1, 2], np.int32)).dtype, precise(np.ones(2, np.float32)).dtype
       (dtype('int64'), dtype('float64'))
+      >>> import jax.numpy as jnp
+      >>> precise(np.ones(2, jnp.bfloat16)).dtype
+      dtype('float64')
     """
     array = np.asarray(array)
-    kind = array.dtype.kind
-    wide = {"b": np.int64, "i": np.int64, "u": np.uint64, "f": np.float64, "c": np.complex128}
-    return array.astype(wide[kind])
+    for kind, wide in _WIDE:
+        if jnp.issubdtype(array.dtype, kind):
+            return array.astype(wide)
+    return array.astype(np.int64)  # bool
+
+
+# Checked in this order: jnp.issubdtype knows the ML dtypes (bfloat16 is floating).
+_WIDE = (
+    (jnp.complexfloating, np.complex128),
+    (jnp.floating, np.float64),
+    (jnp.unsignedinteger, np.uint64),
+    (jnp.signedinteger, np.int64),
+)
 
 
 def first_block_only(expected: np.ndarray, received: np.ndarray, axis: int = 0) -> str | None:
@@ -422,7 +521,7 @@ def first_block_only(expected: np.ndarray, received: np.ndarray, axis: int = 0) 
 def _number(value: np.ndarray | np.generic) -> str:
     """A number with the digits its dtype has: a float32 as ``-4.748629``, not 17 digits."""
     value = np.asarray(value)
-    return str(value[()]) if value.dtype.kind in "fc" else repr(value.item())
+    return str(value[()]) if jnp.issubdtype(value.dtype, jnp.inexact) else repr(value.item())
 
 
 def _signature_text(function: Callable[..., object]) -> str:

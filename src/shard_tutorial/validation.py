@@ -12,15 +12,19 @@ from __future__ import annotations
 import numbers
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 __all__ = ["check_array", "require_whole_number"]
 
-_NUMERIC_KINDS = {"i": "integer", "u": "unsigned integer", "f": "floating", "c": "complex"}
-
 
 def check_array(value: object, name: str, *, ndim: int, layout: str) -> None:
     """Raise unless ``value`` is a numeric array of rank ``ndim``.
+
+    Numeric means every dtype JAX counts as a number (``jnp.issubdtype(dtype,
+    jnp.number)``): integers, floats including ``bfloat16``, ``float16`` and the
+    ``float8`` types, and complex numbers; not ``bool``. A Python number or list
+    is refused: the problems take arrays, and ``jnp.asarray`` says which dtype.
 
     Args:
       value: what the caller passed.
@@ -31,6 +35,19 @@ def check_array(value: object, name: str, *, ndim: int, layout: str) -> None:
     Raises:
       TypeError: for a non-array or a non-numeric dtype (bool, str, object).
       ValueError: for the wrong rank.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from shard_tutorial.validation import check_array
+      >>> check_array(jnp.ones(3, jnp.bfloat16), "x", ndim=1, layout="of shape (n,)")
+      >>> check_array(jnp.ones(3, bool), "x", ndim=1, layout="of shape (n,)")
+      Traceback (most recent call last):
+      ...
+      TypeError: x must hold numbers (integer, floating or complex), got dtype bool
+      >>> check_array(3.0, "x", ndim=1, layout="of shape (n,)")
+      Traceback (most recent call last):
+      ...
+      TypeError: x must be a 1-D array of shape (n,) (a jax.Array or numpy.ndarray), got float: 3.0; convert it with jnp.asarray(x)
     """
     if not isinstance(value, jax.Array | np.ndarray):
         msg = (
@@ -41,7 +58,7 @@ def check_array(value: object, name: str, *, ndim: int, layout: str) -> None:
     if value.ndim != ndim:
         msg = f"{name} must be a {ndim}-D array {layout}, got a {value.ndim}-D array of shape {value.shape}"
         raise ValueError(msg)
-    if np.dtype(value.dtype).kind not in _NUMERIC_KINDS:
+    if not jnp.issubdtype(value.dtype, jnp.number):
         msg = f"{name} must hold numbers (integer, floating or complex), got dtype {value.dtype}"
         raise TypeError(msg)
 
@@ -66,10 +83,14 @@ def require_whole_number(value: object, name: str, *, minimum: int | None = None
     """
     expected = "a whole number" + (f" >= {minimum}" if minimum is not None else "")
     number = value
+    if isinstance(value, jax.core.Tracer):
+        msg = (
+            f"{name} must be a concrete number, but here it is traced by a JAX transformation "
+            "(jax.jit, jax.vmap...): it sets shapes or parameters, so pass it as a Python "
+            f"number, e.g. jax.jit(f, static_argnames={name!r})"
+        )
+        raise TypeError(msg)
     if isinstance(value, jax.Array | np.ndarray) and value.shape == ():
-        if isinstance(value, jax.core.Tracer):
-            msg = f"{name} must be a concrete Python number, got a traced value inside jax.jit"
-            raise TypeError(msg)
         number = value.item()
     if isinstance(number, bool | np.bool_) or not isinstance(number, numbers.Real):
         msg = f"{name} must be {expected}, got {type(value).__name__}: {_short_repr(value)}"

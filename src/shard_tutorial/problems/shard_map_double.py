@@ -12,12 +12,13 @@ import functools
 from collections.abc import Callable
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shard_tutorial.meshes import data_mesh, place
-from shard_tutorial.problem import Case, Problem, first_block_only, precise
+from shard_tutorial.meshes import data_mesh_for, place
+from shard_tutorial.problem import SHARD_MAP, Case, Problem, first_block_only, precise
 from shard_tutorial.validation import check_array
 
 __all__ = ["PROBLEM", "shard_map_double"]
@@ -26,22 +27,35 @@ __all__ = ["PROBLEM", "shard_map_double"]
 def shard_map_double(x: jax.Array) -> jax.Array:
     """Double every element of a 1-D array, each device doubling its own block.
 
-    The array is split along axis 0 over a mesh axis named ``"data"``; a length
-    that the device count does not divide uses fewer devices (see
-    :func:`~shard_tutorial.data_mesh`), so every length works.
+    The array is split along axis 0 over a mesh axis named ``"data"``, into
+    equal blocks, one per device. Every length must work, including lengths
+    that the device count does not divide (5 on 8 devices) and 0: the mesh then
+    uses as many devices as divide the length, which is what
+    :func:`~shard_tutorial.data_mesh` builds (``data_mesh(5)`` spans 5 of 8
+    devices, ``data_mesh(13)`` one). Any numeric dtype must work, ``bfloat16``
+    included.
 
     Args:
-      x: 1-D array of numbers, any length.
+      x: 1-D array of numbers (any integer, float or complex dtype), any length;
+        a ``jax.Array`` or a NumPy array.
 
     Returns:
-      ``x * 2.0``, of the same shape (integers become ``float32``), sharded
-      along ``"data"``.
+      ``x * 2.0``, with the dtype ``x * 2.0`` has in JAX (floats keep theirs,
+      integers become ``float32``, or ``float64`` with ``jax_enable_x64``). It
+      is a ``jax.Array`` sharded along ``"data"`` with an Explicit axis, so its
+      sharding is part of its type: ``jax.typeof(y)`` is ``float32[16@data]``.
+      Arithmetic on it works as usual; to index it outside ``jax.jit``, fetch it
+      (``np.asarray(y)[0]``) or enter the mesh (``with jax.set_mesh(...)``).
+      Inside a transformation (``jax.jit``, ``jax.grad``, ``jax.vmap``) the
+      axis is Auto instead, see :func:`~shard_tutorial.data_mesh_for`.
 
     Raises:
-      TypeError: if ``x`` is not a numeric array.
+      TypeError: if ``x`` is not an array of numbers (a Python number, a list,
+        a ``bool`` array).
       ValueError: if ``x`` is not 1-D.
 
     Examples:
+      >>> import jax
       >>> import jax.numpy as jnp
       >>> from shard_tutorial import shard_map_double
       >>> shard_map_double(jnp.array([1.0, 2.0]))
@@ -50,11 +64,22 @@ def shard_map_double(x: jax.Array) -> jax.Array:
       On 8 devices, 16 elements are split into 8 blocks of 2:
 
       >>> y = shard_map_double(jnp.arange(16.0))
+      >>> jax.typeof(y)
+      ShapedArray(float32[16@data])
       >>> tuple(y.sharding.spec), len(y.sharding.device_set)
       (('data',), 8)
+      >>> shard_map_double(jnp.ones(5, jnp.bfloat16))  # 5 of the 8 devices
+      Array([2, 2, 2, 2, 2], dtype=bfloat16)
+
+      It composes with JAX's transformations like any ``jnp`` function:
+
+      >>> jax.grad(lambda x: shard_map_double(x).sum())(jnp.ones(3))
+      Array([2., 2., 2.], dtype=float32)
+      >>> jax.vmap(shard_map_double)(jnp.ones((3, 2))).shape
+      (3, 2)
     """
     check_array(x, "x", ndim=1, layout="of shape (n,)")
-    mesh = data_mesh(x.shape[0])
+    mesh = data_mesh_for(x)  # data_mesh(len(x)); Auto axes when traced
     x = place(x, NamedSharding(mesh, P("data")))  # jax.device_put, fast on CPU devices
     return _double_each_block(mesh)(x)
 
@@ -70,6 +95,10 @@ def _double_each_block(mesh: Mesh) -> Callable[[jax.Array], jax.Array]:
             out_specs=P("data"),  # put the doubled blocks back together along axis 0
         )
     )
+
+
+def _unsharded(x: jax.Array) -> jax.Array:
+    return x * 2.0
 
 
 def _oracle(x: np.ndarray) -> np.ndarray:
@@ -100,23 +129,9 @@ def _cases() -> list[Case]:
         ),
         Case("int32 input gives float32", (np.arange(-4, 4, dtype=np.int32),)),
         Case("length 1000", (rng.uniform(-100, 100, size=1000).astype(np.float32),)),
+        Case("bfloat16 stays bfloat16", (rng.normal(size=24).astype(jnp.bfloat16),)),
+        Case("float16, length 7", (rng.normal(size=7).astype(np.float16),)),
     ]
-
-
-PROBLEM = Problem(
-    name="shard_map_double",
-    title="shard_map basics",
-    reference=shard_map_double,
-    oracle=_oracle,
-    make_cases=_cases,
-    explain=_explain,
-)
-
-
-# For the checker: fresh random cases within the contract, and the technique practised.
-import dataclasses
-
-from shard_tutorial.problem import SHARD_MAP
 
 
 def _generate(rng: np.random.Generator) -> Case:
@@ -128,4 +143,14 @@ def _generate(rng: np.random.Generator) -> Case:
     return Case(f"random: length {n}, {x.dtype}", (x,))
 
 
-PROBLEM = dataclasses.replace(PROBLEM, generate=_generate, techniques=(SHARD_MAP,))
+PROBLEM = Problem(
+    name="shard_map_double",
+    title="shard_map basics",
+    reference=shard_map_double,
+    oracle=_oracle,
+    make_cases=_cases,
+    unsharded=_unsharded,
+    explain=_explain,
+    generate=_generate,
+    techniques=(SHARD_MAP,),
+)

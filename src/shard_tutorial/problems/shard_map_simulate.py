@@ -21,7 +21,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shard_tutorial.meshes import data_mesh, place
+from shard_tutorial.meshes import data_mesh_for, place
 from shard_tutorial.problem import Case, Problem, precise
 from shard_tutorial.validation import check_array, require_whole_number
 
@@ -35,30 +35,47 @@ def shard_map_simulate(seed: float, x: jax.Array, num_shards: float, features: f
     ``x`` into ``num_shards`` equal blocks of rows with
     ``jax.lax.dynamic_slice_in_dim``, runs every block through that same model,
     concatenates the outputs along axis 0 and flattens them. The result equals
-    the model applied to all of ``x`` at once, flattened.
+    the model applied to all of ``x`` at once, flattened. This problem teaches
+    the slicing by hand, on one device: no mesh, no ``jax.shard_map``.
+
+    ``seed``, ``num_shards`` and ``features`` arrive as floats (``2.0``, not
+    ``2``): the problem comes from a set whose cases give every argument as a
+    float array, and its cases keep that. Convert them to ``int`` first
+    (``nnx.Rngs(0.0)`` fails with "Invalid rng value", and a shape cannot be a
+    float); Python ints and 0-d arrays must work too. They fix the model's
+    parameters and shapes, so under ``jax.jit`` they must stay concrete
+    numbers (static arguments).
 
     Args:
-      seed: seed of the model's parameters; a whole number, int or float.
-      x: 2-D array of shape ``(N, in_dim)``, ``in_dim >= 1``, ``N`` divisible
-        by ``num_shards``.
-      num_shards: how many blocks to cut the batch into, a whole number >= 1.
-      features: output features of the linear layer, a whole number >= 1.
+      seed: seed of the model's parameters; a whole number, float or int.
+      x: 2-D array of shape ``(N, in_dim)`` of numbers (any integer, float or
+        complex dtype, ``bfloat16`` included), ``in_dim >= 1``, ``N``
+        divisible by ``num_shards`` (``N = 0`` included).
+      num_shards: how many blocks to cut the batch into, a whole number >= 1,
+        float or int.
+      features: output features of the linear layer, a whole number >= 1,
+        float or int.
 
     Returns:
-      1-D array of length ``N * features``.
+      1-D array of length ``N * features``, with the dtype the model gives
+      (``float32`` for ``float32`` or ``bfloat16`` input, as ``nnx.Linear``'s
+      parameters are ``float32``). It is an ordinary ``jax.Array`` on one device
+      (``jax.typeof(y)`` is ``float32[12]``), since nothing here is sharded.
 
     Raises:
-      TypeError: if ``x`` is not a numeric array or a count is not a number.
+      TypeError: if ``x`` is not an array of numbers, if a count is not a
+        number, or if a count is traced (inside ``jax.jit``).
       ValueError: if ``x`` is not 2-D or has no feature column, if a count is
         fractional or below 1, or if ``num_shards`` does not divide ``N``.
 
     Examples:
+      >>> import jax
       >>> import jax.numpy as jnp
       >>> from shard_tutorial import shard_map_simulate
       >>> x = jnp.arange(8.0).reshape(4, 2)
       >>> y = shard_map_simulate(0.0, x, 2.0, 3.0)
-      >>> y.shape
-      (12,)
+      >>> jax.typeof(y)
+      ShapedArray(float32[12])
       >>> y.reshape(4, 3)
       Array([[-0.875..., -0.659...,  0.449...],
              [-1.113..., -3.351...,  0.210...],
@@ -69,6 +86,15 @@ def shard_map_simulate(seed: float, x: jax.Array, num_shards: float, features: f
 
       >>> bool(jnp.allclose(y, shard_map_simulate(0, x, 4, 3)))
       True
+
+      Under ``jax.jit`` the counts are static arguments; traced, they are refused:
+
+      >>> jax.jit(shard_map_simulate, static_argnums=(0, 2, 3))(0.0, x, 2.0, 3.0).shape
+      (12,)
+      >>> jax.jit(shard_map_simulate)(0.0, x, 2.0, 3.0)
+      Traceback (most recent call last):
+      ...
+      TypeError: seed must be a concrete number, but here it is traced by a JAX transformation...
     """
     seed = require_whole_number(seed, "seed")
     num_shards = require_whole_number(num_shards, "num_shards", minimum=1)
@@ -103,31 +129,37 @@ def data_parallel_forward(model: nnx.Module, x: jax.Array) -> jax.Array:
     """Apply ``model`` to ``x`` data-parallel: every device runs it on its block of rows.
 
     The parameters are replicated on every device and the rows of ``x`` are split
-    along a mesh axis named ``"data"`` (over fewer devices when the device count
-    does not divide the batch, see :func:`~shard_tutorial.data_mesh`). Each
-    device applies the whole model to its rows inside ``jax.shard_map``.
+    along a mesh axis named ``"data"``, in equal blocks, one per device. Every
+    batch size works: when the device count does not divide it, fewer devices
+    are used (see :func:`~shard_tutorial.data_mesh`). Each device applies the
+    whole model to its rows inside ``jax.shard_map``.
 
     Args:
       model: a Flax NNX module that maps a batch of rows to a batch of outputs,
         row by row (``nnx.Linear``, an MLP); it is not modified.
-      x: 2-D array of shape ``(N, in_dim)``: the batch.
+      x: 2-D array of shape ``(N, in_dim)`` of numbers: the batch.
 
     Returns:
-      ``model(x)``, sharded along the batch axis over the devices used.
+      ``model(x)``, a ``jax.Array`` sharded along the batch axis over the
+      devices used, on an Explicit mesh: ``jax.typeof(y)`` is
+      ``float32[8@data,3]``. Inside a transformation (``jax.jit``, ``jax.grad``,
+      ``jax.vmap``) the axis is Auto instead, see
+      :func:`~shard_tutorial.data_mesh_for`.
 
     Raises:
       TypeError: if ``model`` is not an ``nnx.Module`` or ``x`` not a numeric array.
       ValueError: if ``x`` is not 2-D.
 
     Examples:
+      >>> import jax
       >>> import jax.numpy as jnp
       >>> from flax import nnx
       >>> from shard_tutorial import data_parallel_forward
       >>> model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
       >>> x = jnp.arange(16.0).reshape(8, 2)
       >>> y = data_parallel_forward(model, x)
-      >>> y.shape, tuple(y.sharding.spec)
-      ((8, 3), ('data', None))
+      >>> jax.typeof(y)
+      ShapedArray(float32[8@data,3])
       >>> bool(jnp.allclose(y, model(x)))
       True
     """
@@ -136,7 +168,7 @@ def data_parallel_forward(model: nnx.Module, x: jax.Array) -> jax.Array:
         raise TypeError(msg)
     check_array(x, "x", ndim=2, layout="of shape (N, in_dim)")
     graphdef, state = nnx.split(model)  # structure (static) and parameters (arrays)
-    mesh = data_mesh(x.shape[0])
+    mesh = data_mesh_for(x, state)  # data_mesh(len(x)); Auto axes when traced
     x = place(x, NamedSharding(mesh, P("data")))  # jax.device_put, fast on CPU devices
     state = place(state, NamedSharding(mesh, P()))  # a full copy on every device
     return _forward_each_block(graphdef, mesh)(state, x)
@@ -159,6 +191,12 @@ def _forward_each_block(
             out_specs=P("data"),  # output rows back in batch order
         )
     )
+
+
+def _unsharded(seed: float, x: jax.Array, num_shards: float, features: float) -> jax.Array:
+    del num_shards  # splitting the batch must not change the answer
+    model = nnx.Linear(x.shape[-1], int(features), rngs=nnx.Rngs(int(seed)))
+    return model(x).reshape(-1)
 
 
 def _oracle(seed: float, x: np.ndarray, num_shards: float, features: float) -> np.ndarray:
@@ -217,32 +255,12 @@ def _cases() -> list[Case]:
         Case("empty batch", (6.0, np.zeros((0, 4), np.float32), 4.0, 3.0)),
         Case("int arguments instead of floats", (7, normal(6, 3), 3, 2)),
         Case("large seed", (float(2**31 + 5), normal(4, 4), 2.0, 4.0)),
+        Case("bfloat16 input gives float32", (8.0, normal(6, 4).astype(jnp.bfloat16), 2.0, 3.0)),
     ]
 
 
-PROBLEM = Problem(
-    name="shard_map_simulate",
-    title="NNX shard_map simulation",
-    reference=shard_map_simulate,
-    oracle=_oracle,
-    make_cases=_cases,
-    atol=1e-5,  # float32 matmuls against a float64 oracle
-    explain=_explain,
-    imports=(
-        "import jax",
-        "import jax.numpy as jnp",
-        "from flax import nnx",
-        "from jax.sharding import NamedSharding",
-        "from jax.sharding import PartitionSpec as P",
-    ),
-)
-
-
-# For the checker: fresh random cases within the contract. The problem teaches slicing
-# by hand on one device, so it asks for no shard_map (no techniques).
-import dataclasses
-
-
+# Fresh random cases for the checker. The problem teaches slicing by hand on one device,
+# so it asks for no shard_map (no techniques).
 def _generate(rng: np.random.Generator) -> Case:
     shards, chunk = int(rng.integers(1, 9)), int(rng.integers(1, 5))
     in_dim, features = int(rng.integers(1, 9)), int(rng.integers(1, 6))
@@ -252,4 +270,21 @@ def _generate(rng: np.random.Generator) -> Case:
     return Case(label, (seed, x, float(shards), float(features)))
 
 
-PROBLEM = dataclasses.replace(PROBLEM, generate=_generate)
+PROBLEM = Problem(
+    name="shard_map_simulate",
+    title="NNX shard_map simulation",
+    reference=shard_map_simulate,
+    oracle=_oracle,
+    make_cases=_cases,
+    unsharded=_unsharded,
+    atol=1e-5,  # float32 matmuls against a float64 oracle
+    explain=_explain,
+    imports=(
+        "import jax",
+        "import jax.numpy as jnp",
+        "from flax import nnx",
+        "from jax.sharding import NamedSharding",
+        "from jax.sharding import PartitionSpec as P",
+    ),
+    generate=_generate,
+)

@@ -18,8 +18,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shard_tutorial.meshes import data_mesh, place
-from shard_tutorial.problem import Case, Problem, first_block_only, precise
+from shard_tutorial.meshes import data_mesh_for, place
+from shard_tutorial.problem import SHARD_MAP, Case, Problem, first_block_only, precise
 from shard_tutorial.validation import check_array
 
 __all__ = ["PROBLEM", "shard_map_vs_vmap"]
@@ -28,23 +28,40 @@ __all__ = ["PROBLEM", "shard_map_vs_vmap"]
 def shard_map_vs_vmap(x: jax.Array) -> jax.Array:
     """Per-row sums of squares computed by ``shard_map`` and by ``vmap``, stacked.
 
-    The ``shard_map`` path splits the rows over a mesh axis named ``"data"`` and
-    applies ``jax.vmap(lambda r: jnp.sum(r**2))`` to each device's block of rows;
-    the ``vmap`` path applies the same function to all rows at once. Both give
-    the same numbers (up to float rounding: the compiler may add a row's squares
-    in a different order on each path).
+    The ``shard_map`` path splits the rows over a mesh axis named ``"data"``, in
+    equal blocks, one per device, and applies ``jax.vmap(lambda r: jnp.sum(r**2))``
+    to each device's block of rows; the ``vmap`` path applies the same function
+    to all rows at once. Both give the same numbers (up to float rounding: the
+    compiler may add a row's squares in a different order on each path).
+
+    Every number of rows must work, including numbers that the device count
+    does not divide (3 rows on 8 devices) and 0: the mesh then uses as many
+    devices as divide the number of rows, which is what
+    :func:`~shard_tutorial.data_mesh` builds (``data_mesh(3)`` spans 3 of 8
+    devices). Any numeric dtype must work, ``bfloat16`` included.
 
     Args:
-      x: 2-D array of shape ``(B, d)``: ``B`` rows of ``d`` numbers.
+      x: 2-D array of shape ``(B, d)``: ``B`` rows of ``d`` numbers (any
+        integer, float or complex dtype); a ``jax.Array`` or a NumPy array.
 
     Returns:
-      Array of shape ``(2, B)``: row 0 from ``shard_map``, row 1 from ``vmap``.
+      Array of shape ``(2, B)``: row 0 from ``shard_map``, row 1 from ``vmap``,
+      with the dtype ``jnp.sum(x**2, axis=1)`` has. It is a ``jax.Array``
+      sharded by column along ``"data"`` on an Explicit mesh, so the sharding
+      is part of its type: ``jax.typeof(y)`` is ``float32[2,16@data]`` for 16
+      rows. Arithmetic on it works as usual; to index it outside ``jax.jit``,
+      fetch it (``np.asarray(y)[0]``) or enter the mesh (``with
+      jax.set_mesh(...)``). Inside a transformation (``jax.jit``, ``jax.grad``,
+      ``jax.vmap``) the axis is Auto instead, see
+      :func:`~shard_tutorial.data_mesh_for`.
 
     Raises:
-      TypeError: if ``x`` is not a numeric array.
+      TypeError: if ``x`` is not an array of numbers (a Python number, a list,
+        a ``bool`` array).
       ValueError: if ``x`` is not 2-D.
 
     Examples:
+      >>> import jax
       >>> import jax.numpy as jnp
       >>> from shard_tutorial import shard_map_vs_vmap
       >>> shard_map_vs_vmap(jnp.array([[1.0, 0.0], [0.0, 1.0]]))
@@ -53,9 +70,11 @@ def shard_map_vs_vmap(x: jax.Array) -> jax.Array:
       >>> shard_map_vs_vmap(jnp.array([[1.0, 2.0], [3.0, 4.0], [0.5, 0.5]]))
       Array([[ 5. , 25. ,  0.5],
              [ 5. , 25. ,  0.5]], dtype=float32)
+      >>> jax.typeof(shard_map_vs_vmap(jnp.ones((16, 3))))
+      ShapedArray(float32[2,16@data])
     """
     check_array(x, "x", ndim=2, layout="of shape (B, d)")
-    mesh = data_mesh(x.shape[0])
+    mesh = data_mesh_for(x)  # data_mesh(len(x)); Auto axes when traced
     x = place(x, NamedSharding(mesh, P("data")))  # jax.device_put, fast on CPU devices
     return _both_ways(mesh)(x)
 
@@ -79,6 +98,11 @@ def _both_ways(mesh: Mesh) -> Callable[[jax.Array], jax.Array]:
         return jnp.stack([per_device(x), jax.vmap(_sum_of_squares)(x)], axis=0)
 
     return both_ways
+
+
+def _unsharded(x: jax.Array) -> jax.Array:
+    sums = jnp.sum(x**2, axis=1)
+    return jnp.stack([sums, sums], axis=0)
 
 
 def _oracle(x: np.ndarray) -> np.ndarray:
@@ -119,23 +143,9 @@ def _cases() -> list[Case]:
         Case("64 rows of 32 values", (normal(64, 32),)),
         Case("int32 input stays int32", (np.arange(-12, 12, dtype=np.int32).reshape(8, 3),)),
         Case("7 rows of 100 values", (rng.uniform(-10, 10, size=(7, 100)).astype(np.float32),)),
+        Case("bfloat16 stays bfloat16", (normal(8, 6).astype(jnp.bfloat16),)),
+        Case("float16, 5 rows", (normal(5, 3).astype(np.float16),)),
     ]
-
-
-PROBLEM = Problem(
-    name="shard_map_vs_vmap",
-    title="shard_map vs vmap",
-    reference=shard_map_vs_vmap,
-    oracle=_oracle,
-    make_cases=_cases,
-    explain=_explain,
-)
-
-
-# For the checker: fresh random cases within the contract, and the technique practised.
-import dataclasses
-
-from shard_tutorial.problem import SHARD_MAP
 
 
 def _generate(rng: np.random.Generator) -> Case:
@@ -147,4 +157,14 @@ def _generate(rng: np.random.Generator) -> Case:
     return Case(f"random: {rows} rows of {columns}, {x.dtype}", (x,))
 
 
-PROBLEM = dataclasses.replace(PROBLEM, generate=_generate, techniques=(SHARD_MAP,))
+PROBLEM = Problem(
+    name="shard_map_vs_vmap",
+    title="shard_map vs vmap",
+    reference=shard_map_vs_vmap,
+    oracle=_oracle,
+    make_cases=_cases,
+    unsharded=_unsharded,
+    explain=_explain,
+    generate=_generate,
+    techniques=(SHARD_MAP,),
+)
