@@ -5,11 +5,13 @@ A problem page shows its solution by naming the function::
     ```{reference-source} shard_tutorial.problems.shard_map_psum.shard_map_psum
     ```
 
-The directive renders that function *without* its docstring (the page shows the
-docstring as the problem statement) followed by the module's private helpers it calls,
-directly or through one another, in source order. The code comes from the module file
-at build time, and the file is a dependency of the page, so the page can never show
-code other than what the tests check.
+The directive renders the import lines that code needs (public names only), then that
+function *without* its docstring (the page shows the docstring as the problem
+statement), followed by the module's private helpers it calls, directly or through one
+another, in source order: a file a reader can paste into the starter and run (see
+``solution_source.py``, and tests/test_pasted_solutions.py which does exactly that).
+The code comes from the module file at build time, and the file is a dependency of the
+page, so the page can never show code other than what the tests check.
 """
 
 from __future__ import annotations
