@@ -170,6 +170,7 @@ def test_the_vmap_page_shows_lengths_and_the_axis_to_split():
     assert "devices used: 5" in text
     assert "(32,) instead of (8,)" in text
     assert "equal to by rows: True" in text
+    assert "cross-device operations: []" in text  # the whole solution, compiled
 
 
 def test_the_simulate_page_passes_modules_as_pytrees_and_says_what_runs_where():
