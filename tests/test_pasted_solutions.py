@@ -63,3 +63,55 @@ def test_the_folded_solution_pasted_into_the_starter_passes(name, tmp_path):
     path.write_text(pasted_solution(problem))
     report = check(name, path, devices=(1, 8))
     assert report.passed, f"{path.read_text()}\n{report}"
+
+
+MODULE = '''\
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+
+import numpy as np
+
+from shard_tutorial.meshes import data_mesh, usable_device_count
+from {private} import helper
+
+
+def solve(x: np.ndarray) -> Callable[[], int]:
+    """The statement, which the page shows elsewhere."""
+    return functools.partial(_count, data_mesh(len(x)))
+
+
+def _count(mesh) -> int:
+    return usable_device_count(mesh.size)
+
+
+def unrelated() -> None:
+    helper(os.sep)
+'''
+
+
+def test_the_shown_code_imports_what_it_uses_from_public_modules(tmp_path):
+    path = tmp_path / "module.py"
+    path.write_text(MODULE.format(private="shard_tutorial._helpers"))
+    exported = frozenset({"data_mesh", "usable_device_count"})
+    shown = solution_source(path, "solve", exported)
+    imports, _, code = shown.partition("\n\n\ndef ")
+    assert imports == (
+        "import functools\n"
+        "from collections.abc import Callable\n\n"
+        "import numpy as np\n\n"
+        "from shard_tutorial import data_mesh, usable_device_count"
+    )  # no os, no helper: only unrelated() uses them
+    assert code.startswith("solve(x: np.ndarray)")
+    assert "The statement" not in code
+    assert "def _count(mesh)" in code
+    assert "def unrelated" not in code
+
+
+def test_the_shown_code_never_imports_a_private_module(tmp_path):
+    path = tmp_path / "module.py"
+    path.write_text(MODULE.format(private="shard_tutorial._helpers"))
+    with pytest.raises(ValueError, match=r"private module 'shard_tutorial\._helpers'"):
+        solution_source(path, "unrelated", frozenset())
