@@ -115,3 +115,12 @@ def test_the_shown_code_never_imports_a_private_module(tmp_path):
     path.write_text(MODULE.format(private="shard_tutorial._helpers"))
     with pytest.raises(ValueError, match=r"private module 'shard_tutorial\._helpers'"):
         solution_source(path, "unrelated", frozenset())
+
+
+@pytest.mark.parametrize("name", sorted(PROBLEMS))
+def test_every_starter_file_loads_and_asks_for_a_solution(name):
+    problem = PROBLEMS[name]
+    namespace: dict[str, object] = {}
+    exec(compile(problem.starter(), f"{name}.py", "exec"), namespace)  # noqa: S102
+    with pytest.raises(NotImplementedError, match="write your solution here"):
+        namespace[name](*problem.cases[0].jax_args())  # type: ignore[operator]
