@@ -5,59 +5,25 @@ A problem page shows its solution by naming the function::
     ```{reference-source} shard_tutorial.problems.shard_map_psum.shard_map_psum
     ```
 
-The directive renders that function *without* its docstring (the page shows the
-docstring as the problem statement) followed by the module's private helpers it calls,
-directly or through one another, in source order. The code comes from the module file
-at build time, and the file is a dependency of the page, so the page can never show
-code other than what the tests check.
+The directive renders the import lines that code needs (public names only), then that
+function *without* its docstring (the page shows the docstring as the problem
+statement), followed by the module's private helpers it calls, directly or through one
+another, in source order: a file a reader can paste into the starter and run (see
+``solution_source.py``, and tests/test_pasted_solutions.py which does exactly that).
+The code comes from the module file at build time, and the file is a dependency of the
+page, so the page can never show code other than what the tests check.
 """
 
 from __future__ import annotations
 
-import ast
 import importlib.util
 from pathlib import Path
 from typing import Any, ClassVar
 
 from docutils import nodes
+from solution_source import solution_source
 from sphinx.application import Sphinx
 from sphinx.util.docutils import SphinxDirective
-
-Definition = ast.FunctionDef | ast.AsyncFunctionDef
-
-
-def solution_source(path: Path, function: str) -> str:
-    """The source of ``function`` in the file at ``path``, docstring removed, plus its helpers."""
-    text = path.read_text()
-    lines = text.splitlines()
-    tree = ast.parse(text)
-    definitions = {node.name: node for node in tree.body if isinstance(node, Definition)}
-    if function not in definitions:
-        msg = f"{path} defines no top-level function {function!r}"
-        raise ValueError(msg)
-
-    wanted = {function}
-    pending = [definitions[function]]
-    while pending:
-        for node in ast.walk(pending.pop()):
-            name = node.id if isinstance(node, ast.Name) else None
-            if name in definitions and name not in wanted and name.startswith("_"):
-                wanted.add(name)
-                pending.append(definitions[name])
-
-    blocks = []
-    for name, node in definitions.items():  # dicts keep source order
-        if name not in wanted:
-            continue
-        start = min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1
-        skip = set()
-        docstring = ast.get_docstring(node, clean=False)
-        if name == function and docstring is not None:
-            first = node.body[0]
-            skip = set(range(first.lineno - 1, first.end_lineno or first.lineno))
-        assert node.end_lineno is not None
-        blocks.append("\n".join(lines[i] for i in range(start, node.end_lineno) if i not in skip))
-    return "\n\n\n".join(blocks)
 
 
 class ReferenceSource(SphinxDirective):

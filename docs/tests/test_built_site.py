@@ -246,3 +246,78 @@ def test_the_landing_page_says_how_to_run_the_notebooks():
     notebooks = " ".join(pyproject["project"]["optional-dependencies"]["notebooks"])
     for needed in ("jupyterlab", "matplotlib", "rich"):  # the app, the diagrams
         assert needed in notebooks
+
+
+# The problem pages prove their claims about JAX with executed cells; these hold the
+# key figures, so a JAX upgrade that changes the behaviour fails here instead of
+# silently contradicting the prose.
+
+
+def test_the_psum_page_shows_which_gradient_recipe_is_right():
+    text = outputs("problems/shard-map-psum")
+    assert "gradient of the whole batch: [-310. -325.]" in text
+    rows = {
+        name: (grad, times)
+        for name, grad, times in re.findall(
+            r"^(\w+) +(\[[^\]]*\]) +(\S+) x the whole batch's$", text, re.MULTILINE
+        )
+    }
+    assert rows == {
+        "pmean_of_the_loss": ("[-310. -325.]", "1"),
+        "local_loss_only": ("[-2480. -2600.]", "8"),
+        "local_loss_then_pmean_grads": ("[-2480. -2600.]", "8"),
+        "local_loss_then_psum_grads": ("[-19840. -20800.]", "64"),
+    }
+
+
+def test_the_psum_page_shows_its_collectives_errors_and_lengths():
+    text = outputs("problems/shard-map-psum")
+    # The psum is one all-reduce in the compiled program, inside a cond branch when
+    # the check is silenced with pcast.
+    assert re.search(r"all-reduce\(.*\n +from: jit\(block_sum_then_psum\)/shard_map/", text)
+    assert re.search(r"from: jit\(cond_sum_silenced\)/shard_map/cond/branch", text)
+    assert "partial sum: float32[]{V:data}" in text
+    # The error names _rem_singleton outside jit, the body under jit.
+    assert "the function '_rem_singleton'" in text
+    assert "the function '<lambda>'" in text
+    # 5 elements do not split 8 ways; data_mesh uses 5 devices.
+    assert "does not evenly divide the dimension size 5" in text
+    assert re.search(r"devices used: 5\s+15\.0", text)
+
+
+def test_the_double_page_shows_the_check_works_on_one_device():
+    text = outputs("problems/shard-map-double")
+    assert "The mesh given has shape (1,)" in text
+    assert "1 device, check off:  496.0" in text
+    assert "8 devices, check off: 6.0" in text
+
+
+def test_the_vmap_page_shows_lengths_and_the_axis_to_split():
+    text = outputs("problems/shard-map-vs-vmap")
+    assert "does not evenly divide the dimension size 5" in text
+    assert "devices used: 5" in text
+    assert "(32,) instead of (8,)" in text
+    assert "equal to by rows: True" in text
+    assert "cross-device operations: []" in text  # the whole solution, compiled
+
+
+def test_the_simulate_page_passes_modules_as_pytrees_and_says_what_runs_where():
+    text = outputs("problems/shard-map-simulate")
+    assert "kernel: P() on 4 devices" in text
+    assert "equals the simulation: True" in text
+    assert "equals the pytree way: True" in text
+    assert "cross-device operations: []" in text
+    assert "Invalid rng value: 0.0" in text
+    assert "simulation runs on 1 device" in text
+    assert "real pass runs on 8 devices" in text
+
+
+@pytest.mark.parametrize("name", PROBLEM_PAGES)
+def test_each_problem_page_shows_imports_and_cites_its_sources(name):
+    soup = page(name)
+    solution = soup.select_one("details.sd-dropdown").get_text()
+    assert "import jax\n" in solution
+    assert "shard_tutorial._" not in solution  # public names only
+    sources = soup.find(id="sources")
+    assert sources is not None
+    assert any("docs.jax.dev" in a["href"] for a in sources.select("a[href]"))

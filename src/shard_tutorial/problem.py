@@ -225,6 +225,8 @@ class Problem:
         "import jax.numpy as jnp",
         "from jax.sharding import NamedSharding",
         "from jax.sharding import PartitionSpec as P",
+        "",
+        "from shard_tutorial import data_mesh  # a mesh that divides any length",
     )
     generate: Callable[[np.random.Generator], Case] | None = dataclasses.field(
         default=None, repr=False
