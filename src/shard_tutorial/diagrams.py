@@ -179,12 +179,16 @@ _BOX_STYLE = re.compile(
 
 
 def _legible_labels(markup: str) -> str:
-    """Rich's HTML of a diagram with black labels, on colours where black reads better."""
+    """Rich's HTML of a diagram with black labels, on colours where black reads better.
+
+    (Without rich's ``text-decoration-color``: nothing is underlined, and dropping it
+    saves 31 bytes a line of every box.)
+    """
 
     def relabel(match: re.Match[str]) -> str:
         box = match[1]
         label = max(("#000000", "#ffffff"), key=lambda c: contrast_ratio(c, box))
-        return f"color: {label}; text-decoration-color: {label}; background-color: {box}"
+        return f"color: {label}; background-color: {box}"
 
     return _BOX_STYLE.sub(relabel, markup)
 
