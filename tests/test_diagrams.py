@@ -57,10 +57,28 @@ def test_the_description_names_the_device_of_every_block():
 def test_the_description_of_a_replicated_array_lists_every_device():
     mesh = jax.make_mesh((jax.device_count(),), ("x",))
     array = jax.device_put(jnp.zeros(5), NamedSharding(mesh, P()))
-    ids = ", ".join(str(d.id) for d in sorted(jax.devices(), key=lambda d: d.id))
+    ids = [str(d.id) for d in sorted(jax.devices(), key=lambda d: d.id)]
+    devices = "CPU 0" if len(ids) == 1 else f"CPUs {', '.join(ids[:-1])} and {ids[-1]}"
     assert diagrams.describe_sharding(array) == (
-        f"Sharding diagram of a 5-element array in 1 block: the whole array on CPU {ids}."
+        f"Sharding diagram of a 5-element array in 1 block: the whole array on {devices}."
     )
+
+
+@pytest.mark.parametrize(
+    ("number", "article"),
+    [
+        ("8", "an"),
+        ("11", "an"),
+        ("18 x 2", "an"),
+        ("80", "an"),
+        ("1", "a"),
+        ("110", "a"),
+        ("11000", "an"),
+        ("3-element", "a"),
+    ],
+)
+def test_the_article_follows_how_the_number_is_said(number, article):
+    assert diagrams._article(number) == article
 
 
 def test_the_description_rejects_what_the_diagram_cannot_draw():

@@ -134,11 +134,11 @@ def describe_sharding(array: jax.Array) -> str:
       >>> mesh = jax.make_mesh((2, 4), ("x", "y"))
       >>> a = jax.device_put(jnp.zeros((4, 8)), NamedSharding(mesh, P("x", None)))
       >>> print(describe_sharding(a))
-      Sharding diagram of a 4 x 8 array in 2 blocks: rows 0 to 1 on CPU 0, 1, 2, 3;
-      rows 2 to 3 on CPU 4, 5, 6, 7.
-      >>> print(describe_sharding(jax.device_put(jnp.zeros(3), NamedSharding(mesh, P()))))
-      Sharding diagram of a 3-element array in 1 block: the whole array on CPU 0, 1,
-      2, 3, 4, 5, 6, 7.
+      Sharding diagram of a 4 x 8 array in 2 blocks: rows 0 to 1 on CPUs 0, 1, 2 and 3;
+      rows 2 to 3 on CPUs 4, 5, 6 and 7.
+      >>> print(describe_sharding(jax.device_put(jnp.zeros(8), NamedSharding(mesh, P()))))
+      Sharding diagram of an 8-element array in 1 block: the whole array on CPUs 0, 1,
+      2, 3, 4, 5, 6 and 7.
     """
     if not isinstance(array, jax.Array):
         msg = f"array must be a jax.Array, got {type(array).__name__}"
@@ -160,11 +160,24 @@ def describe_sharding(array: jax.Array) -> str:
             if bounds != (0, n)
         ]
         devices = sorted(blocks[key], key=lambda d: d.id)
-        names = f"{devices[0].platform.upper()} " + ", ".join(str(d.id) for d in devices)
+        kind = devices[0].platform.upper()
+        ids = [str(d.id) for d in devices]
+        names = f"{kind} {ids[0]}" if len(ids) == 1 else f"{kind}s {_listing(ids)}"
         parts.append(f"{', '.join(where) or 'the whole array'} on {names}")
     size = f"{shape[0]}-element" if len(shape) == 1 else f"{shape[0]} x {shape[1]}"
     count = f"{len(blocks)} block" + ("s" if len(blocks) > 1 else "")
-    return f"Sharding diagram of a {size} array in {count}: {'; '.join(parts)}."
+    return f"Sharding diagram of {_article(size)} {size} array in {count}: {'; '.join(parts)}."
+
+
+def _listing(items: list[str]) -> str:
+    return ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _article(number: str) -> str:
+    """``"an"`` before a number said with a vowel first (8, 11, 18, 80, 800, 11000...)."""
+    digits = re.match(r"\d*", number)[0]  # type: ignore[index]
+    vowel = digits.startswith("8") or (len(digits) % 3 == 2 and digits[:2] in ("11", "18"))
+    return "an" if vowel else "a"
 
 
 _JAX_VISUALIZE: Callable[..., None] | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -158,10 +159,18 @@ def test_each_sharding_diagram_is_drawn_with_a_size(open_page, path, site):
     source = (site.parent.parent / path.replace(".html", ".md")).read_text()
     assert diagrams.count() >= source.count("visualize_array_sharding(")
     for index in range(diagrams.count()):
-        box = diagrams.nth(index).bounding_box()
+        diagram = diagrams.nth(index)
+        box = diagram.bounding_box()
         assert box is not None
         assert box["width"] > 0
         assert box["height"] > 0
+        # its text alternative names the devices of every box the picture labels
+        label = diagram.evaluate("p => p.closest('[role=figure]').getAttribute('aria-label')")
+        assert label.startswith("Sharding diagram of ")
+        for ids in re.findall(r"CPU ([\d,]+)", diagram.inner_text()):
+            *first, last = ids.split(",")
+            named = f"CPU {last}" if not first else f"CPUs {', '.join(first)} and {last}"
+            assert named in label, (ids, label)
 
 
 def test_search_finds_the_psum_problem(open_page):
