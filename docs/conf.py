@@ -12,6 +12,9 @@ import sys
 import tomllib
 import urllib.request
 from pathlib import Path
+from typing import Any
+
+from sphinx.application import Sphinx
 
 DOCS = Path(__file__).parent
 ROOT = DOCS.parent
@@ -26,7 +29,15 @@ os.environ["JAX_PLATFORMS"] = "cpu"
 # Kernels show errors in IPython's "Docs" traceback mode: the line of the page's code that
 # failed and the error message, without the library frames in between. (A reader who runs
 # a downloaded notebook gets their own IPython's full tracebacks.)
-KERNEL_CONFIG = 'c.InteractiveShell.xmode = "Docs"\n'
+#
+# They also load shard_tutorial.diagrams as an IPython extension, so that
+# jax.debug.visualize_array_sharding draws with labels every reader can read (JAX's
+# default puts white labels on light colours) and gives each diagram a text alternative
+# that says which device holds which block.
+KERNEL_CONFIG = (
+    'c.InteractiveShell.xmode = "Docs"\n'
+    'c.InteractiveShellApp.extensions = ["shard_tutorial.diagrams"]\n'
+)
 _ipython_dir = DOCS / "_build" / "ipython"
 (_ipython_dir / "profile_default").mkdir(parents=True, exist_ok=True)
 (_ipython_dir / "profile_default" / "ipython_kernel_config.py").write_text(KERNEL_CONFIG)
@@ -145,6 +156,17 @@ html_theme = "sphinx_book_theme"
 html_title = "shard_tutorial"
 html_static_path = ["_static"]
 html_css_files = ["shard_tutorial.css"]
+templates_path = ["_templates"]
+# sphinx-book-theme's primary sidebar, with the site's title (the logo) in a landmark of
+# its own: the theme puts it outside any landmark (axe-core's rule "region").
+html_sidebars = {
+    "**": [
+        "sidebar-logo.html",
+        "icon-links.html",
+        "search-button-field.html",
+        "sbt-sidebar-nav.html",
+    ]
+}
 html_theme_options = {
     "repository_url": REPOSITORY_URL,
     "repository_branch": "main",
@@ -162,3 +184,39 @@ html_theme_options = {
 html_context = {"default_mode": "auto"}
 html_last_updated_fmt = None
 copybutton_exclude = ".linenos, .gp, .go"  # copy code only: not prompts or output
+
+
+def _name_the_section_toggles(
+    app: Sphinx, pagename: str, templatename: str, context: dict[str, Any], doctree: object
+) -> None:
+    """Give each chevron that opens a section of the sidebar an accessible name.
+
+    pydata-sphinx-theme (under sphinx-book-theme) opens a section of the navigation
+    with a ``<summary>`` that holds only a decorative chevron (``role="presentation"``),
+    so a screen reader announces an unnamed control (axe-core's rule "summary-name").
+    Each one is named after the page whose section it opens.
+    """
+    del app, pagename, templatename, doctree
+    generate = context.get("generate_toctree_html")
+    if generate is None:
+        return
+
+    def named(kind: str, *args: Any, **kwargs: Any) -> Any:
+        from bs4 import BeautifulSoup, Tag  # noqa: PLC0415 (the theme's own dependency)
+
+        html = generate(kind, *args, **kwargs)
+        soup = html if isinstance(html, Tag) else BeautifulSoup(str(html), "html.parser")
+        for summary in soup.select("li.has-children > details > summary"):
+            link = summary.find_parent("li").find("a", recursive=False)
+            if link is not None and not summary.get("aria-label"):
+                title = " ".join(link.get_text().split())
+                summary["aria-label"] = f"Pages under {title}"
+        return html if isinstance(html, Tag) else str(soup)
+
+    context["generate_toctree_html"] = named
+
+
+def setup(app: Sphinx) -> dict[str, bool]:
+    """Local additions to the theme, after its own page-context handlers."""
+    app.connect("html-page-context", _name_the_section_toggles, priority=900)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}

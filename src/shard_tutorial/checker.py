@@ -98,6 +98,10 @@ KeyboardInterrupt, even if the KeyboardInterrupt itself was swallowed somewhere.
 
 _WRAP = "white-space: pre-wrap"  # a diagnosis is read, not scrolled
 _CELL = "padding: 0.1em 1.2em 0.1em 0; text-align: left; white-space: nowrap"
+# Green and red that keep 4.5:1 (WCAG AA) on white and on the light grey that
+# pydata-sphinx-theme puts behind HTML outputs in dark mode (#ced6dd).
+_PASS_COLOUR = "#116329"
+_FAIL_COLOUR = "#a40e26"
 _SYMBOLS = {
     "pass": "pass",
     "fail": "WRONG",
@@ -270,7 +274,7 @@ class CheckReport:
 
     def _repr_html_(self) -> str:
         """The report as an HTML table, for notebooks."""
-        colour = "#1a7f37" if self.passed else "#cf222e"
+        colour = _PASS_COLOUR if self.passed else _FAIL_COLOUR
         heading = (
             f'<div class="shard-tutorial-check"><p><strong style="color:{colour}">'
             f"{html.escape(self.verdict())}</strong> &mdash; {html.escape(self.solution)}, "
@@ -297,11 +301,11 @@ class CheckReport:
                     f'<td style="{_CELL}"><code>{html.escape(row[1])}</code></td>',
                 ]
                 for status in row[2:]:
-                    tint = "#1a7f37" if status == "pass" else "#cf222e"
+                    tint = _PASS_COLOUR if status == "pass" else _FAIL_COLOUR
                     cells.append(f'<td style="{_CELL}; color:{tint}">{html.escape(status)}</td>')
                 body.append("<tr>" + "".join(cells) + "</tr>")
             parts.append(
-                f'<div style="overflow-x: auto"><table><thead><tr>{head}</tr></thead>'
+                f'<div style="overflow-x: auto" tabindex="0"><table><thead><tr>{head}</tr></thead>'
                 f"<tbody>{''.join(body)}</tbody></table></div>"
             )
         for run in self.runs:

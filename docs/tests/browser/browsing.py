@@ -28,6 +28,16 @@ FIGURES: list[str] = []
 """Lines the tests measured (page weight), printed at the end of the run."""
 
 
+def site_pages(site: Path) -> list[str]:
+    """Every HTML page of a built site, as paths from its root."""
+    skip = {"_sources", "_static", "starters", "_images"}
+    return sorted(
+        path.relative_to(site).as_posix()
+        for path in site.rglob("*.html")
+        if not skip & set(path.relative_to(site).parts)
+    )
+
+
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:
         del format, args

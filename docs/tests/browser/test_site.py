@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -15,7 +16,8 @@ import pytest
 from playwright.sync_api import Browser, Page
 
 sys.path.insert(0, str(Path(__file__).parent))
-from browsing import FIGURES, SHOTS, Visit, serve, watch  # this folder
+from auditing import MODES, in_mode
+from browsing import FIGURES, SHOTS, Visit, serve, site_pages, watch  # this folder
 
 PROBLEM_PAGES = [
     "problems/shard-map-double.html",
@@ -24,16 +26,6 @@ PROBLEM_PAGES = [
     "problems/shard-map-simulate.html",
 ]
 NOTEBOOK_PAGES = ["index.html", "tutorial.html", "migrating.html", *PROBLEM_PAGES]
-
-
-def site_pages(site: Path) -> list[str]:
-    """Every HTML page of a built site, as paths from its root."""
-    skip = {"_sources", "_static", "starters", "_images"}
-    return sorted(
-        path.relative_to(site).as_posix()
-        for path in site.rglob("*.html")
-        if not skip & set(path.relative_to(site).parts)
-    )
 
 
 class Crawl:
@@ -167,10 +159,18 @@ def test_each_sharding_diagram_is_drawn_with_a_size(open_page, path, site):
     source = (site.parent.parent / path.replace(".html", ".md")).read_text()
     assert diagrams.count() >= source.count("visualize_array_sharding(")
     for index in range(diagrams.count()):
-        box = diagrams.nth(index).bounding_box()
+        diagram = diagrams.nth(index)
+        box = diagram.bounding_box()
         assert box is not None
         assert box["width"] > 0
         assert box["height"] > 0
+        # its text alternative names the devices of every box the picture labels
+        label = diagram.evaluate("p => p.closest('[role=figure]').getAttribute('aria-label')")
+        assert label.startswith("Sharding diagram of ")
+        for ids in re.findall(r"CPU ([\d,]+)", diagram.inner_text()):
+            *first, last = ids.split(",")
+            named = f"CPU {last}" if not first else f"CPUs {', '.join(first)} and {last}"
+            assert named in label, (ids, label)
 
 
 def test_search_finds_the_psum_problem(open_page):
@@ -240,14 +240,19 @@ def test_the_dark_mode_toggle_changes_the_theme(open_page):
         ("problems/shard-map-psum.html", "problem"),
     ],
 )
-def test_screenshots_for_a_person_to_look_at(context, base_url, path, name, width, height, device):
+@pytest.mark.parametrize("mode", MODES)
+def test_screenshots_for_a_person_to_look_at(
+    context, base_url, path, name, width, height, device, mode
+):
+    in_mode(context, mode)
     page = context.new_page()
     page.set_viewport_size({"width": width, "height": height})
     visit = watch(page, base_url)
     page.goto(base_url + path, wait_until="load")
     page.wait_for_load_state("networkidle")
     SHOTS.mkdir(parents=True, exist_ok=True)
-    shot = SHOTS / f"{name}-{device}.png"
+    assert page.evaluate("document.documentElement.dataset.theme") == mode
+    shot = SHOTS / f"{name}-{device}{'-dark' if mode == 'dark' else ''}.png"
     page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000
     assert visit.problems() == []

@@ -1,0 +1,111 @@
+"""Auditing a page's accessibility with axe-core, in the theme's light or dark mode.
+
+axe-core comes bundled with the ``axe-playwright-python`` package (its ``axe.min.js``), so
+nothing is downloaded when the tests run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+from axe_playwright_python.sync_playwright import Axe
+from playwright.sync_api import BrowserContext
+
+MODES = ("light", "dark")
+FAILING_IMPACTS = ("critical", "serious")
+"""Violations of these impacts fail the tests; moderate and minor ones are listed."""
+
+_AXE = Axe()
+
+
+def in_mode(context: BrowserContext, mode: str) -> None:
+    """Open every page of ``context`` in the theme's ``mode``, as a reader's choice would.
+
+    pydata-sphinx-theme (under sphinx-book-theme) keeps the reader's choice of the theme
+    switch in localStorage ``mode`` and applies it, as ``data-theme`` on ``<html>``, before
+    the page is drawn; setting it before any script runs is what the switch does.
+    """
+    if mode not in MODES:
+        msg = f"mode must be one of {MODES}, got {mode!r}"
+        raise ValueError(msg)
+    context.add_init_script(f"localStorage.setItem('mode', '{mode}');")
+
+
+@dataclasses.dataclass(frozen=True)
+class Violation:
+    """One element that breaks one axe-core rule on one page."""
+
+    page: str
+    mode: str
+    rule: str
+    impact: str
+    element: str
+    summary: str
+    needs_review: bool = False
+    """axe-core could not decide (its "incomplete" results): a person should look."""
+
+    def __str__(self) -> str:
+        review = ", needs review" if self.needs_review else ""
+        return (
+            f"[{self.impact}{review}] {self.rule} on {self.page} ({self.mode}): "
+            f"{self.element}\n    {self.summary}"
+        )
+
+
+def audit(page: object, path: str, mode: str) -> list[Violation]:
+    """Run every axe-core rule on the loaded ``page``; one record per offending element.
+
+    Elements axe-core could not decide on (text over a scrolled-away background, say) are
+    recorded too, marked ``needs_review``.
+    """
+    results = _AXE.run(page, options={"resultTypes": ["violations", "incomplete"]}).response
+    found = []
+    for kind in ("violations", "incomplete"):
+        for rule in results[kind]:
+            for node in rule["nodes"]:
+                found.append(_record(rule, node, path, mode, needs_review=kind == "incomplete"))
+    return found
+
+
+def _record(
+    rule: dict[str, Any], node: dict[str, Any], path: str, mode: str, *, needs_review: bool
+) -> Violation:
+    checks = node.get("any", []) + node.get("all", []) + node.get("none", [])
+    summary = " ".join(node.get("failureSummary", "").split())
+    if needs_review and checks:
+        summary = checks[0].get("message", summary)
+    for check in checks:
+        data = check.get("data")
+        if isinstance(data, dict) and data.get("contrastRatio"):
+            summary = (
+                f"contrast {data['contrastRatio']}:1 (needs {data.get('expectedContrastRatio')})"
+                f", text {data.get('fgColor')} on {data.get('bgColor')}"
+            )
+    snippet = " ".join(node.get("html", "").split())
+    if len(snippet) > 160:
+        snippet = snippet[:157] + "..."
+    return Violation(
+        page=path,
+        mode=mode,
+        rule=rule["id"],
+        impact=rule.get("impact") or node.get("impact") or "unknown",
+        element=f"{' > '.join(map(str, node['target']))}  {snippet}",
+        summary=summary,
+        needs_review=needs_review,
+    )
+
+
+def count_by_rule(violations: Iterable[Violation]) -> list[str]:
+    """Lines ``rule (impact): elements on pages`` for a summary, most elements first."""
+    violations = list(violations)
+    elements = Counter((v.rule, v.impact) for v in violations)
+    pages: dict[tuple[str, str], set[str]] = {}
+    for v in violations:
+        pages.setdefault((v.rule, v.impact), set()).add(v.page)
+    return [
+        f"{rule} ({impact}): {count} elements on {len(pages[rule, impact])} pages"
+        for (rule, impact), count in elements.most_common()
+    ]
