@@ -31,6 +31,8 @@ _LAZY = {
     "data_mesh": "shard_tutorial.meshes",
     "data_parallel_forward": "shard_tutorial.problems.shard_map_simulate",
     "get_problem": "shard_tutorial.problems",
+    "join_cluster": "shard_tutorial.launcher",
+    "launch": "shard_tutorial.launcher",
     "place": "shard_tutorial.meshes",
     "shard_map_double": "shard_tutorial.problems.shard_map_double",
     "shard_map_psum": "shard_tutorial.problems.shard_map_psum",
@@ -47,6 +49,8 @@ __all__ = [
     "data_mesh",
     "data_parallel_forward",
     "get_problem",
+    "join_cluster",
+    "launch",
     "place",
     "shard_map_double",
     "shard_map_psum",
@@ -73,6 +77,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # what type checkers and IDEs see
     from shard_tutorial.checker import check
     from shard_tutorial.devices import use_cpu_devices
+    from shard_tutorial.launcher import join_cluster, launch
     from shard_tutorial.meshes import DATA_AXIS, data_mesh, place, usable_device_count
     from shard_tutorial.problems import PROBLEMS, get_problem
     from shard_tutorial.problems.shard_map_double import shard_map_double
