@@ -56,8 +56,12 @@ PROCESS_ID = "SHARD_TUTORIAL_PROCESS_ID"
 NUM_PROCESSES = "SHARD_TUTORIAL_NUM_PROCESSES"
 DEVICES_PER_PROCESS = "SHARD_TUTORIAL_DEVICES_PER_PROCESS"
 
-# gloo (the CPU collectives) prints one such line per device and collective group.
-_GLOO_CHATTER = re.compile(r"^\[Gloo\] Rank \d+ is connected to \d+ peer ranks\b")
+# gloo (the CPU collectives) prints one such line per device and group of devices, from
+# C++, possibly into the middle of a line Python is printing.
+_GLOO_CHATTER = re.compile(
+    r"\[Gloo\] Rank \d+ is connected to \d+ peer ranks\. "
+    r"Expected number of connected peer ranks is : \d+\n?"
+)
 _LAST_LINES = 10  # of a failed process' output, in the report
 
 
@@ -308,8 +312,14 @@ class _Run:
 
     def _read(self, index: int, popen: subprocess.Popen[str]) -> None:
         assert popen.stdout is not None
+        pending = ""  # the start of a line that gloo's chatter cut in two
         for line in popen.stdout:
-            self.events.put((index, line))
+            text = pending + _GLOO_CHATTER.sub("", line)
+            pending = "" if text.endswith("\n") else text
+            if text and not pending:
+                self.events.put((index, text))
+        if pending:
+            self.events.put((index, pending))
         self.events.put((index, None))
 
     def wait(self, timeout: float, grace: float) -> LaunchResult:
@@ -344,8 +354,10 @@ class _Run:
             # Ctrl-C, or anything else that stops this loop: no process stays behind.
             self.stopped.update(i for i, p in enumerate(self.popens) if p.poll() is None)
             self._stop_all()
-        for reader in self.readers:
+        for reader, popen in zip(self.readers, self.popens, strict=True):
             reader.join(timeout=5)
+            if popen.stdout is not None:
+                popen.stdout.close()
         self._drain(until=time.monotonic())
         results = tuple(
             ProcessResult(
@@ -382,7 +394,7 @@ class _Run:
                 return ended
             if line is None:
                 ended += 1
-            elif not _GLOO_CHATTER.match(line):
+            else:
                 self.lines[index].append(line)
                 if self.stream is not None:
                     self.stream.write(f"[{index}] {line.rstrip(chr(10))}\n")
