@@ -314,7 +314,9 @@ class _Run:
         assert popen.stdout is not None
         pending = ""  # the start of a line that gloo's chatter cut in two
         for line in popen.stdout:
-            text = pending + _GLOO_CHATTER.sub("", line)
+            # Threads print gloo's lines in pieces that can interleave: filter again
+            # once the pieces of a line are together.
+            text = _GLOO_CHATTER.sub("", pending + line)
             pending = "" if text.endswith("\n") else text
             if text and not pending:
                 self.events.put((index, text))
@@ -401,10 +403,12 @@ class _Run:
                     self.stream.flush()
 
     def _stop_all(self) -> None:
-        for popen in self.popens:
-            # The group: the script and whatever it started. Nothing left: nothing to do.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(popen.pid, signal.SIGKILL)
+        # Each group: the script and whatever it started (none left: nothing to do).
+        # Frozen first, all of them, so that none sees another die and logs about it.
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            for popen in self.popens:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(popen.pid, sig)
         for popen in self.popens:
             popen.wait()
 

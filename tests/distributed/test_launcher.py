@@ -138,8 +138,9 @@ def test_a_hang_in_a_collective_is_stopped_at_the_timeout(script, tagged_env):
     assert zero.stopped
     assert one.stopped
     # Process 0 began printing the second total and waits for it in the collective.
-    assert zero.output.splitlines() == ["first psum: 496", "second psum: "]
-    assert one.output.splitlines() == ["first psum: 496"]
+    assert zero.output.splitlines()[:2] == ["first psum: 496", "second psum: "]
+    assert one.output.splitlines()[0] == "first psum: 496"
+    assert "second psum" not in one.output
 
 
 def test_ctrl_c_stops_every_process(script, tagged_env):
