@@ -14,6 +14,8 @@ the cluster, JAX's runtime catches ``SIGTERM`` as a preemption notice and carrie
 on). The processes are stopped when one of them fails (``grace`` seconds after, so
 the others can print their own error), when the run exceeds ``timeout`` seconds (a
 hang: a process waits in a collective that another never reaches), and on Ctrl-C.
+A process that joined the cluster is also killed by Linux if the launcher itself is
+killed.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ COORDINATOR = "SHARD_TUTORIAL_COORDINATOR"
 PROCESS_ID = "SHARD_TUTORIAL_PROCESS_ID"
 NUM_PROCESSES = "SHARD_TUTORIAL_NUM_PROCESSES"
 DEVICES_PER_PROCESS = "SHARD_TUTORIAL_DEVICES_PER_PROCESS"
+LAUNCHER_PID = "SHARD_TUTORIAL_LAUNCHER_PID"
 
 # gloo (the CPU collectives) prints one such line per device and group of devices, from
 # C++, possibly into the middle of a line Python is printing.
@@ -217,6 +220,7 @@ def launch(
         COORDINATOR: address,
         NUM_PROCESSES: str(processes),
         DEVICES_PER_PROCESS: str(devices_per_process),
+        LAUNCHER_PID: str(os.getpid()),
         # Read by JAX itself, so a script that calls jax.distributed.initialize()
         # directly (with num_processes and process_id) gets the same devices.
         "JAX_PLATFORMS": "cpu",
@@ -268,6 +272,7 @@ def join_cluster(devices: int | None = None) -> bool:
         if devices is not None:
             use_cpu_devices(devices)
         return False
+    _die_with_launcher(int(os.environ[LAUNCHER_PID]))
     use_cpu_devices(int(os.environ[DEVICES_PER_PROCESS]))
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(
@@ -276,6 +281,23 @@ def join_cluster(devices: int | None = None) -> bool:
         process_id=int(os.environ[PROCESS_ID]),
     )
     return True
+
+
+def _die_with_launcher(launcher: int) -> None:
+    """Have Linux kill this process if the launcher dies, even by ``SIGKILL``.
+
+    The launcher stops its processes whenever it can (failures, hangs, Ctrl-C); this
+    covers the one case it cannot: being killed itself, a notebook kernel killed at
+    a timeout, for example. Elsewhere than Linux it does nothing.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes  # noqa: PLC0415 (Linux only)
+
+    pr_set_pdeathsig = 1  # from <linux/prctl.h>
+    ctypes.CDLL(None).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != launcher:  # it died before the call: too late for the signal
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class _Run:

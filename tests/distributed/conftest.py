@@ -47,6 +47,12 @@ def tagged_env() -> Iterator[dict[str, str]]:
 
 
 @pytest.fixture
+def left_behind(tagged_env: dict[str, str]) -> Callable[[], list[int]]:
+    """``left_behind()``: the processes, still alive, that a test launched with ``tagged_env``."""
+    return lambda: processes_with(tagged_env[MARKER])
+
+
+@pytest.fixture
 def script(tmp_path: Path) -> Callable[[str], Path]:
     """``script(source)`` writes a script (dedented) and returns its path."""
 

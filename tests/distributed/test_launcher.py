@@ -171,3 +171,27 @@ def test_ctrl_c_stops_every_process(script, tagged_env):
         cli.kill()
     assert cli.returncode == 130
     assert stderr.endswith("interrupted: every process was stopped\n")
+
+
+def test_killing_the_launcher_itself_kills_its_processes(script, tagged_env, left_behind):
+    # Quiet after one line: a process that prints would die of the closed pipe anyway.
+    path = script(PSUM_SCRIPT + "import time\ntime.sleep(600)\n")
+    with subprocess.Popen(
+        [sys.executable, "-m", "shard_tutorial", "launch", "--processes", "2",
+         "--devices-per-process", "2", str(path)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        env={**os.environ, **tagged_env},
+    ) as cli:  # fmt: skip
+        try:
+            seen: set[str] = set()
+            assert cli.stdout is not None
+            for line in cli.stdout:  # both processes joined and summed: they are alive
+                seen.add(line.split()[0])
+                if seen == {"[0]", "[1]"}:
+                    break
+        finally:
+            cli.kill()  # SIGKILL: the launcher cannot stop anything itself
+    deadline = time.monotonic() + 10
+    while left_behind() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert left_behind() == []  # Linux killed them with their parent
