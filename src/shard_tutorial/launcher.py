@@ -309,6 +309,7 @@ class _Run:
         self.stream = stream
         self.lines: list[list[str]] = [[] for _ in commands]
         self.stopped: set[int] = set()
+        self.swept: set[int] = set()  # processes whose group is killed and leader reaped
         self.events: queue.Queue[tuple[int, str | None]] = queue.Queue()
         self.popens: list[subprocess.Popen[str]] = []
         self.readers: list[threading.Thread] = []
@@ -427,12 +428,16 @@ class _Run:
     def _stop_all(self) -> None:
         # Each group: the script and whatever it started (none left: nothing to do).
         # Frozen first, all of them, so that none sees another die and logs about it.
+        # A group whose leader has exited is signalled once only: once its members are
+        # gone too, its number is free for the system to give to another group.
+        groups = [p.pid for i, p in enumerate(self.popens) if i not in self.swept]
         for sig in (signal.SIGSTOP, signal.SIGKILL):
-            for popen in self.popens:
+            for group in groups:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(popen.pid, sig)
-        for popen in self.popens:
+                    os.killpg(group, sig)
+        for index, popen in enumerate(self.popens):
             popen.wait()
+            self.swept.add(index)
 
 
 def _count(value: int, name: str) -> int:
