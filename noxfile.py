@@ -82,7 +82,18 @@ def tests(session: nox.Session) -> None:
             "pytest", f"--devices={count}", "-m", "not subprocesses", *WORKERS, *session.posargs,
             success_codes=codes,
         )  # fmt: skip
-    session.run("pytest", "-m", "subprocesses", *session.posargs, success_codes=codes)
+    # The multi-process tests have their own session, `distributed`.
+    session.run(
+        "pytest", "-m", "subprocesses and not distributed", *session.posargs, success_codes=codes
+    )  # fmt: skip
+
+
+@nox.session(python=DOCS_PYTHON)
+def distributed(session: nox.Session) -> None:
+    """Run the multi-process tests: scripts launched as 2-process JAX clusters (gloo)."""
+    _install(session, "test")
+    # The processes of each launch already use both cores: no xdist here.
+    session.run("pytest", "-m", "distributed", *session.posargs)
 
 
 @nox.session(python=DOCS_PYTHON)

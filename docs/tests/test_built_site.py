@@ -19,7 +19,7 @@ from shard_tutorial import PROBLEMS
 
 SITE = Path(__file__).parents[1] / "_build" / "html"
 PROBLEM_PAGES = [problem.page for problem in PROBLEMS.values()]
-NOTEBOOK_PAGES = ["index", "tutorial", "migrating", *PROBLEM_PAGES]
+NOTEBOOK_PAGES = ["index", "tutorial", "migrating", "beyond-one-process", *PROBLEM_PAGES]
 
 
 def page(name: str) -> BeautifulSoup:
@@ -321,3 +321,18 @@ def test_each_problem_page_shows_imports_and_cites_its_sources(name):
     sources = soup.find(id="sources")
     assert sources is not None
     assert any("docs.jax.dev" in a["href"] for a in sources.select("a[href]"))
+
+
+def test_beyond_one_process_shows_each_process_of_a_real_cluster():
+    text = outputs("beyond-one-process")
+    for index in (0, 1):
+        assert f"[{index}] process {index} of 2" in text
+        assert f"[{index}] global shape (32,) fully addressable: False" in text
+        assert f"[{index}] shard_map_psum(x): 496.0" in text
+        assert f"[{index}] np.asarray(y) failed: Fetching value for `jax.Array` that spans" in text
+        assert f"[{index}] process_allgather(y): [ 0.  2.  4." in text
+    assert "[0] jax.local_devices(): [CpuDevice(id=0), CpuDevice(id=1)," in text
+    assert "[1] jax.local_devices(): [CpuDevice(id=0)" not in text
+    assert "[0]   cpu:0 slice(0, 4, None) [0. 1. 2. 3.]" in text  # process 0's own rows
+    assert "[1]   cpu:0" not in text  # process 1 holds none of them
+    assert text.count("only process 0 says: 8 devices in all") == 1

@@ -32,6 +32,8 @@ _LAZY = {
     "data_mesh_for": "shard_tutorial.meshes",
     "data_parallel_forward": "shard_tutorial.problems.shard_map_simulate",
     "get_problem": "shard_tutorial.problems",
+    "join_cluster": "shard_tutorial.launcher",
+    "launch": "shard_tutorial.launcher",
     "place": "shard_tutorial.meshes",
     "shard_map_double": "shard_tutorial.problems.shard_map_double",
     "shard_map_psum": "shard_tutorial.problems.shard_map_psum",
@@ -49,6 +51,8 @@ __all__ = [
     "data_mesh_for",
     "data_parallel_forward",
     "get_problem",
+    "join_cluster",
+    "launch",
     "place",
     "shard_map_double",
     "shard_map_psum",
@@ -75,6 +79,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # what type checkers and IDEs see
     from shard_tutorial.checker import check
     from shard_tutorial.devices import use_cpu_devices
+    from shard_tutorial.launcher import join_cluster, launch
     from shard_tutorial.meshes import (
         DATA_AXIS,
         data_mesh,

@@ -5,11 +5,15 @@
     python -m shard_tutorial list
     python -m shard_tutorial starter shard_map_psum > shard_map_psum.py
     python -m shard_tutorial check shard_map_psum shard_map_psum.py [--devices 1,8] [--seed N]
+    python -m shard_tutorial launch --processes 2 --devices-per-process 4 script.py [args]
 
 ``check`` exits with status 0 when every case passes on every device count, 1 when
 any fails, 2 for a usage error (an unknown problem, a missing file, a file that does
 not define the function, a bad option) and 130 when interrupted with Ctrl-C, at any
 moment.
+``launch`` runs a script as a cluster of JAX processes (see
+:mod:`shard_tutorial.launcher`); it exits with status 0 when every process does, 1
+when any fails or hangs, 2 for a usage error and 130 on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -92,7 +96,65 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="seed of the random cases, to check the same ones as a report did (default: new)",
     )
+    _add_launch_command(commands)
     return parser
+
+
+def _add_launch_command(commands: argparse._SubParsersAction) -> None:
+    from shard_tutorial import launcher  # noqa: PLC0415 (only `launch` needs it)
+
+    def count(text: str) -> int:
+        if not text.isdigit() or int(text) < 1:
+            msg = f"expected a whole number >= 1, got {text!r}"
+            raise argparse.ArgumentTypeError(msg)
+        return int(text)
+
+    launching = commands.add_parser(
+        "launch",
+        help="run a script as a cluster of JAX processes on this machine",
+        description="Run SCRIPT in N processes that join one JAX cluster on 127.0.0.1 "
+        "(the script joins with shard_tutorial.join_cluster()). Each output line is "
+        "prefixed with its process index; the exit status is 0 when every process exits "
+        "with 0.",
+    )
+    launching.add_argument("--processes", type=count, required=True, metavar="N")
+    launching.add_argument("--devices-per-process", type=count, required=True, metavar="M")
+    launching.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=launcher.DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help="how long the run may take before the processes count as hung "
+        f"(default: {launcher.DEFAULT_TIMEOUT:g})",
+    )
+    launching.add_argument(
+        "--port", type=int, help="the coordinator's port on 127.0.0.1 (default: a free one)"
+    )
+    launching.add_argument("script", type=Path, help="the Python file every process runs")
+    launching.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
+
+
+def _launch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from shard_tutorial.launcher import launch  # noqa: PLC0415
+
+    try:
+        result = launch(
+            args.script,
+            *args.args,
+            processes=args.processes,
+            devices_per_process=args.devices_per_process,
+            timeout=args.timeout,
+            port=args.port,
+            stream=sys.stdout,
+        )
+    except (TypeError, ValueError) as error:
+        parser.error(str(error))
+    except KeyboardInterrupt:
+        print("interrupted: every process was stopped", file=sys.stderr)
+        return 130
+    if result.returncode:
+        print(result.report(), file=sys.stderr)
+    return result.returncode
 
 
 def _binding(path: Path, name: str) -> str | None:
@@ -171,6 +233,8 @@ def _main(argv: Sequence[str] | None) -> int:
 
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.command == "launch":
+        return _launch(args, parser)
     if args.command == "list":
         width = max(map(len, PROBLEMS))
         for name in PROBLEMS:

@@ -212,5 +212,9 @@ def _place_array(array: object, sharding: NamedSharding) -> jax.Array:
         and next(iter(array.sharding.device_set)).platform == "cpu"  # type: ignore[attr-defined]
     ):
         host = np.asarray(array)  # a CPU array's buffer viewed from NumPy: no copy
-        return jax.make_array_from_callback(host.shape, sharding, host.__getitem__)
+        # dtype: in a cluster, a process may hold no block of a small array (the mesh
+        # spans only the first process' devices); it still takes part, with no data.
+        return jax.make_array_from_callback(
+            host.shape, sharding, host.__getitem__, dtype=host.dtype
+        )
     return jax.device_put(array, sharding)

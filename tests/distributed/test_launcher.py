@@ -1,0 +1,197 @@
+"""The launcher on real 2-process JAX clusters: results, a killed process, a hang, Ctrl-C.
+
+Every test launches scripts that join JAX's distributed runtime on 127.0.0.1 (gloo
+collectives), and proves through /proc that no process outlives it (``tagged_env``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from shard_tutorial import launch
+
+# The work runs in the launched processes, with their own device counts.
+pytestmark = [pytest.mark.subprocesses, pytest.mark.distributed]
+
+PSUM_SCRIPT = """\
+import jax.numpy as jnp
+
+import shard_tutorial
+
+shard_tutorial.join_cluster(devices=8)
+print(shard_tutorial.shard_map_psum(jnp.arange(32)))
+"""
+
+
+def test_the_psum_script_prints_496_once_per_process_and_runs_alone_too(script, tagged_env):
+    path = script(PSUM_SCRIPT)
+    env = {**os.environ, **tagged_env}
+    command = [sys.executable, "-m", "shard_tutorial", "launch", "--processes", "2"]
+    launched = subprocess.run(
+        [*command, "--devices-per-process", "4", str(path)],
+        capture_output=True, text=True, env=env, timeout=300, check=False,
+    )  # fmt: skip
+    assert launched.returncode == 0, launched.stderr
+    assert sorted(launched.stdout.splitlines()) == ["[0] 496", "[1] 496"]
+    assert launched.stderr == ""  # gloo's connection messages are filtered out
+    alone = subprocess.run(
+        [sys.executable, str(path)], capture_output=True, text=True, env=env, timeout=300, check=False
+    )  # fmt: skip
+    assert (alone.returncode, alone.stdout) == (0, "496\n"), alone.stderr
+
+
+STEPS_SCRIPT = """\
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+
+import shard_tutorial
+
+shard_tutorial.join_cluster()
+# A child of the script, which must go with it (the launcher kills process groups).
+subprocess.Popen(["sleep", "600"])
+for step in range(600):
+    total = shard_tutorial.shard_map_psum(jnp.arange(32) + step)
+    print(f"step {step}: {total}", flush=True)
+    if step == 3 and jax.process_index() == 1:
+        os.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer would
+    time.sleep(0.1)
+"""
+
+
+def test_a_killed_process_stops_the_others_and_is_named(script, tagged_env):
+    result = launch(
+        script(STEPS_SCRIPT), processes=2, devices_per_process=4, grace=1, env=tagged_env
+    )
+    assert result.returncode == 1
+    zero, one = result.processes
+    assert (one.returncode, one.stopped) == (-signal.SIGKILL, False)
+    assert one.output.splitlines()[-1] == "step 3: 592"
+    assert zero.stopped  # waiting for process 1 in the next psum: killed by the launcher
+    assert "step 3: 592" in zero.output
+    assert "step 5:" not in zero.output  # step 4 needs process 1: it cannot be complete
+    assert result.failure == (
+        "process 1 failed (exit status -9, killed by SIGKILL); process 0 stopped 1 s later"
+    )
+    report = result.report()
+    assert "process 1 exited with status -9, killed by SIGKILL; its last output:" in report
+    assert "  [1] step 3: 592" in report
+    assert "process 0 was stopped by the launcher" in report
+
+
+def test_a_failing_process_is_reported_with_its_traceback(script, tagged_env):
+    path = script(
+        """\
+        import jax
+        import shard_tutorial
+
+        shard_tutorial.join_cluster()
+        if jax.process_index() == 0:
+            raise RuntimeError("process 0 gave up")
+        jax.numpy.zeros(3).block_until_ready()
+        print("process 1 done", flush=True)
+        """
+    )
+    result = launch(path, processes=2, devices_per_process=1, env=tagged_env)
+    assert result.returncode == 1
+    assert result.failure.startswith("process 0 failed (exit status 1)")
+    assert "RuntimeError: process 0 gave up" in result.processes[0].output
+    assert "  [0] RuntimeError: process 0 gave up" in result.report()
+
+
+HANG_SCRIPT = """\
+import time
+
+import jax
+import jax.numpy as jnp
+
+import shard_tutorial
+
+shard_tutorial.join_cluster()
+print("first psum:", shard_tutorial.shard_map_psum(jnp.arange(32)), flush=True)
+if jax.process_index() == 1:
+    time.sleep(3600)  # process 1 never reaches the second psum: process 0 waits in it
+print("second psum:", shard_tutorial.shard_map_psum(jnp.arange(32)), flush=True)
+"""
+
+
+def test_a_hang_in_a_collective_is_stopped_at_the_timeout(script, tagged_env):
+    start = time.monotonic()
+    result = launch(
+        script(HANG_SCRIPT), processes=2, devices_per_process=4, timeout=45, env=tagged_env
+    )
+    assert time.monotonic() - start < 60  # stopped at the timeout, not at XLA's own
+    assert result.returncode == 1
+    assert result.failure == "timed out after 45 s: processes 0, 1 still running (hung?), stopped"
+    zero, one = result.processes
+    assert zero.stopped
+    assert one.stopped
+    # Process 0 began printing the second total and waits for it in the collective.
+    assert zero.output.splitlines()[:2] == ["first psum: 496", "second psum: "]
+    assert one.output.splitlines()[0] == "first psum: 496"
+    assert "second psum" not in one.output
+
+
+def test_ctrl_c_stops_every_process(script, tagged_env):
+    path = script(STEPS_SCRIPT.replace("process_index() == 1", "process_index() == 99"))
+    # Python leaves SIGINT ignored if it started that way (under `nohup`, or `&` in a
+    # script); a terminal's Ctrl-C is what is tested, so the command gets Python's handler.
+    command = (
+        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "sys.argv = ['shard_tutorial', *sys.argv[1:]]; "
+        "runpy.run_module('shard_tutorial', run_name='__main__')"
+    )
+    cli = subprocess.Popen(
+        [sys.executable, "-c", command, "launch", "--processes", "2",
+         "--devices-per-process", "2", str(path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, **tagged_env},
+    )  # fmt: skip
+    try:
+        seen: set[str] = set()
+        assert cli.stdout is not None
+        for line in cli.stdout:  # both processes are in their loop of psums
+            seen.add(line.split()[0])
+            if seen == {"[0]", "[1]"}:
+                break
+        cli.send_signal(signal.SIGINT)  # to the command only, as a terminal's Ctrl-C
+        _, stderr = cli.communicate(timeout=60)
+    finally:
+        cli.kill()
+    assert cli.returncode == 130
+    assert stderr.endswith("interrupted: every process was stopped\n")
+
+
+def test_killing_the_launcher_itself_kills_its_processes(script, tagged_env, left_behind):
+    # Quiet after one line: a process that prints would die of the closed pipe anyway.
+    path = script(PSUM_SCRIPT + "import time\ntime.sleep(600)\n")
+    with subprocess.Popen(
+        [sys.executable, "-m", "shard_tutorial", "launch", "--processes", "2",
+         "--devices-per-process", "2", str(path)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        env={**os.environ, **tagged_env},
+    ) as cli:  # fmt: skip
+        try:
+            seen: set[str] = set()
+            assert cli.stdout is not None
+            for line in cli.stdout:  # both processes joined and summed: they are alive
+                seen.add(line.split()[0])
+                if seen == {"[0]", "[1]"}:
+                    break
+        finally:
+            cli.kill()  # SIGKILL: the launcher cannot stop anything itself
+    deadline = time.monotonic() + 10
+    while left_behind() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert left_behind() == []  # Linux killed them with their parent

@@ -1,0 +1,127 @@
+"""Every problem's reference on a 2-process x 4-device cluster gives the 1 x 8 results, bit for bit.
+
+One script runs every case of every problem in ``shard_tutorial.PROBLEMS`` (so problems
+added later are covered) and prints each result's shards, as each process holds them.
+It runs twice: launched as a cluster of 2 processes of 4 CPU devices, and alone with 8
+devices. The test puts each run's shards back together here, in the parent, with no
+JAX collective involved, and compares the arrays' bytes.
+
+Where the computation does not allow the same bits, a problem is listed in ``ROUNDING``
+with the reason, and its floating-point results are compared within the problem's own
+tolerance instead (its integer results still bit for bit).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from shard_tutorial import PROBLEMS, launch
+
+pytestmark = [pytest.mark.subprocesses, pytest.mark.distributed]
+
+ROUNDING = {
+    # Measured: the length-1024 case differs in the last bit. One process adds the 8
+    # partial sums inside XLA's CPU all-reduce; the cluster's all-reduce goes through
+    # gloo, which adds them in another order.
+    "shard_map_psum": "a float sum across devices, added in another order by gloo",
+}
+
+EVERY_CASE = """\
+import json
+
+import jax
+import numpy as np
+
+import shard_tutorial
+
+shard_tutorial.join_cluster(devices=8)
+for name in shard_tutorial.PROBLEMS:
+    problem = shard_tutorial.PROBLEMS[name]
+    for number, case in enumerate(problem.cases):
+        out = problem.reference(*case.jax_args())
+        shards = [
+            (
+                [list(s.indices(n)[:2]) for s, n in zip(shard.index, out.shape)],
+                np.asarray(shard.data).tobytes().hex(),
+            )
+            for shard in out.addressable_shards
+        ]
+        record = {
+            "problem": name,
+            "case": number,
+            "shape": list(out.shape),
+            "dtype": str(out.dtype),
+            "devices": len(out.sharding.device_set),
+            "shards": shards,
+        }
+        print(json.dumps(record), flush=True)
+"""
+
+
+def _assemble(outputs: list[str]) -> dict[tuple[str, int], tuple[np.ndarray, int]]:
+    """Each case's array from the shards every process printed, and its device count.
+
+    Every shard must agree with the others where they overlap (replicated results
+    are held whole by several devices), and together they must cover the array.
+    """
+    arrays: dict[tuple[str, int], tuple[np.ndarray, int]] = {}
+    covered: dict[tuple[str, int], np.ndarray] = {}
+    for output in outputs:
+        for line in output.splitlines():
+            record = json.loads(line)
+            key = (record["problem"], record["case"])
+            shape, dtype = tuple(record["shape"]), np.dtype(record["dtype"])
+            if key not in arrays:
+                arrays[key] = (np.zeros(shape, dtype), record["devices"])
+                covered[key] = np.zeros(shape, bool)
+            array, devices = arrays[key]
+            assert (array.shape, array.dtype, devices) == (shape, dtype, record["devices"])
+            for index, data in record["shards"]:
+                where = tuple(slice(start, stop) for start, stop in index)
+                block = np.frombuffer(bytes.fromhex(data), dtype).reshape(array[where].shape)
+                seen = covered[key][where]
+                assert np.array_equal(array[where][seen], block[seen]), f"{key}: shards differ"
+                array[where] = block
+                covered[key][where] = True
+    for key, mask in covered.items():
+        assert mask.all(), f"{key}: no process holds part of the result"
+    return arrays
+
+
+def test_every_reference_gives_the_same_bits_on_2_processes_as_on_one(tmp_path, tagged_env):
+    script = tmp_path / "every_case.py"
+    script.write_text(EVERY_CASE)
+    # The one-process run, in the background while the cluster runs.
+    alone = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, **tagged_env},
+    )  # fmt: skip
+    try:
+        cluster = launch(script, processes=2, devices_per_process=4, timeout=600, env=tagged_env)
+        alone_out, alone_err = alone.communicate(timeout=600)
+    finally:
+        alone.kill()
+    assert cluster.returncode == 0, cluster.report()
+    assert alone.returncode == 0, alone_err
+    one = _assemble([alone_out])
+    two = _assemble([process.output for process in cluster.processes])
+    expected_keys = {(name, n) for name in PROBLEMS for n in range(len(PROBLEMS[name].cases))}
+    assert set(one) == set(two) == expected_keys
+    for key in sorted(expected_keys):
+        (on_one, devices_one), (on_two, devices_two) = one[key], two[key]
+        assert devices_two == devices_one, f"{key}: split over other devices"
+        assert (on_two.shape, on_two.dtype) == (on_one.shape, on_one.dtype), key
+        if key[0] in ROUNDING and on_one.dtype.kind == "f":
+            problem = PROBLEMS[key[0]]
+            np.testing.assert_allclose(
+                on_two, on_one, rtol=problem.rtol, atol=problem.atol, err_msg=str(key)
+            )
+        else:
+            assert on_two.tobytes() == on_one.tobytes(), f"{key}: different bits"

@@ -1,0 +1,53 @@
+"""The launcher's refusals: impossible arguments are named before any process starts."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from shard_tutorial import join_cluster, launch
+
+
+@pytest.fixture
+def script(tmp_path):
+    path = tmp_path / "script.py"
+    path.write_text("print('never run')\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"processes": 0}, ValueError, "processes must be at least 1, got 0"),
+        ({"processes": 2.0}, TypeError, "processes must be an integer, got float 2.0"),
+        ({"processes": True}, TypeError, "processes must be an integer, got True"),
+        ({"devices_per_process": -1}, ValueError, "devices_per_process must be at least 1"),
+        ({"timeout": 0}, ValueError, "timeout must be a positive, finite number of seconds"),
+        ({"grace": float("inf")}, ValueError, "grace must be a positive, finite number"),
+        ({"port": 70000}, ValueError, "port must be between 1 and 65535, got 70000"),
+        ({"port": "80"}, TypeError, "port must be an integer or None, got '80'"),
+    ],
+)
+def test_impossible_arguments_are_refused(script, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        launch(script, **{"processes": 2, "devices_per_process": 4, **kwargs})
+
+
+def test_a_missing_script_is_refused(tmp_path):
+    missing = tmp_path / "nowhere.py"
+    with pytest.raises(ValueError, match=r"script must be an existing Python file, got .*nowhere"):
+        launch(missing, processes=2, devices_per_process=4)
+
+
+def test_a_port_in_use_is_refused(script):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ValueError, match=f"port {port} cannot be bound on 127.0.0.1"):
+            launch(script, processes=2, devices_per_process=4, port=port)
+
+
+def test_outside_a_launch_join_cluster_joins_nothing():
+    assert join_cluster() is False
