@@ -56,7 +56,7 @@ class Problem:
 
     Attributes:
       name: the function a solution defines, e.g. ``"shard_map_double"``. Its
-        page is ``problems/<name with dashes>``.
+        page is ``<folder>/<name with dashes>``.
       title: the page title, e.g. ``"shard_map basics"``.
       reference: the reference solution. Its signature and docstring are the
         problem statement.
@@ -70,6 +70,8 @@ class Problem:
         answer looks like, or None. Called when the shape or the values differ,
         never for a dtype difference (that diagnosis stands alone).
       imports: the import lines a solution's file starts with (see :meth:`starter`).
+      folder: the folder of the documentation its page is in: ``"problems"``
+        (Part I) or ``"collectives"`` (Part II, communication between devices).
     """
 
     name: str
@@ -88,6 +90,7 @@ class Problem:
         "from jax.sharding import NamedSharding",
         "from jax.sharding import PartitionSpec as P",
     )
+    folder: str = "problems"
 
     @functools.cached_property
     def cases(self) -> tuple[Case, ...]:
@@ -103,7 +106,7 @@ class Problem:
     @property
     def page(self) -> str:
         """The problem's page in the documentation, relative to the docs root."""
-        return "problems/" + self.name.replace("_", "-")
+        return f"{self.folder}/" + self.name.replace("_", "-")
 
     def expected(self, case: Case) -> np.ndarray:
         """The oracle's answer for ``case``, in the dtype JAX's default mode produces.
