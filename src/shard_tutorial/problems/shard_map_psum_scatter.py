@@ -103,7 +103,7 @@ def _explain(case: Case, _expected: np.ndarray, received: np.ndarray) -> str | N
                 'jax.lax.psum_scatter(..., "data", tiled=True)'
             )
         return None
-    for devices in device_counts(math.gcd(batch, n)):
+    for devices in device_counts(batch):  # a solution may split the rows only
         rows = batch // devices
         if np.allclose(received, x[:rows].sum(axis=0), rtol=1e-4, atol=1e-4):
             return (
