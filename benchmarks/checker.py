@@ -1,22 +1,58 @@
-"""How long the checker takes: each reference solution checked on 1 and 8 devices.
+"""How long the checker takes, for a right solution and for the worst ones a reader can write.
 
-Each check starts two fresh Python processes (1 and 8 fake CPU devices), which import
-JAX, compile and run every case of the problem. Target: under 15 s per problem.
+For every problem, a full check on 1 and 8 devices (each in its own processes, at the
+same time) of:
+
+- (a) the reference solution: each worker imports JAX, compiles and runs every case;
+- (b) a solution that hangs on every case: stopped after two hangs (two timeouts);
+- (c) one that crashes its process on every case: stopped after two crashes in a row;
+- (d) one that allocates memory without bound: stopped at the memory limit.
+
+Targets: (a) under 10 s, (b), (c) and (d) under 45 s, on a quiet machine.
 
 Run it with ``nox -s bench`` or ``python benchmarks/checker.py``.
 """
 
 from __future__ import annotations
 
+import inspect
+import os
+import tempfile
+from pathlib import Path
+
 from shard_tutorial import PROBLEMS, check
+from shard_tutorial.checker import DEFAULT_TIMEOUT, MEMORY_LIMIT
+
+# The bodies of the worst solutions, whatever the problem's signature.
+WORST = {
+    "hangs": "    while True:\n        pass\n",
+    "crashes": "    import os\n    os.abort()\n",
+    "allocates": (
+        "    import numpy as np\n    blocks = []\n    while True:\n"
+        "        blocks.append(np.ones(2**24))  # 128 MiB more each time, touched\n"
+    ),
+}
 
 
 def main() -> None:
-    """Check every reference solution and print the wall time of each check."""
-    print(f"{'problem':<20}  {'cases':>5}  {'seconds (1 and 8 devices)':>26}  verdict")
-    for name, problem in PROBLEMS.items():
-        report = check(name, problem.reference)
-        print(f"{name:<20}  {len(problem.cases):>5}  {report.seconds:>26.1f}  {report.verdict()}")
+    """Check each problem's reference and worst solutions; print the wall times."""
+    print(
+        f"timeout {DEFAULT_TIMEOUT:g} s, memory limit {MEMORY_LIMIT / 2**30:g} GiB, "
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
+    )
+    columns = ["(a) reference", "(b) hangs", "(c) crashes", "(d) allocates"]
+    print(f"{'problem':<20}" + "".join(f"{c:>15}" for c in columns))
+    with tempfile.TemporaryDirectory() as scratch:
+        for name, problem in PROBLEMS.items():
+            parameters = ", ".join(inspect.signature(problem.reference).parameters)
+            times = [check(name, problem.reference).seconds]
+            for kind, body in WORST.items():
+                path = Path(scratch) / f"{name}_{kind}.py"
+                path.write_text(f"def {name}({parameters}):\n{body}")
+                report = check(name, path)
+                assert not report.passed, report
+                times.append(report.seconds)
+            print(f"{name:<20}" + "".join(f"{t:>13.1f} s" for t in times), flush=True)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shard_tutorial import PROBLEMS, check, checker
-from shard_tutorial.checker import CheckReport
+from shard_tutorial.checker import RANDOM_CASES, CheckReport
 
 # Each check runs in worker processes with their own device counts (1 and 8): the
 # suite's --devices cannot change these outcomes, so nox runs them once per Python.
@@ -117,25 +117,45 @@ def solution_file(tmp_path: Path, body: str, name: str = "solution.py") -> Path:
     return path
 
 
+def flat(text: str) -> str:
+    """``text`` with its line breaks and indentation as single spaces."""
+    return " ".join(text.split())
+
+
 @pytest.mark.parametrize("name", list(PROBLEMS))
 def test_every_reference_solution_passes_on_1_and_8_devices(name):
     report = check(name, PROBLEMS[name].reference)
     assert report.passed, str(report)
     assert [run.devices for run in report.runs] == [1, 8]
-    assert all(len(run.results) == len(PROBLEMS[name].cases) for run in report.runs)
+    cases = len(PROBLEMS[name].cases) + RANDOM_CASES
+    assert all(len(run.results) == cases for run in report.runs)
     assert report.verdict() == "PASSED: every case on 1 and 8 devices"
+    assert f"from seed {report.seed};" in str(report)
+
+
+def test_random_cases_are_new_each_check_and_repeat_with_their_seed():
+    problem = PROBLEMS["shard_map_double"]
+    labels = []
+    for seed in (5, 5, 6):
+        report = check(problem, problem.reference, devices=(1,), seed=seed)
+        assert report.seed == seed
+        assert report.passed, str(report)
+        labels.append([r.arguments for r in report.runs[0].results[-RANDOM_CASES:]])
+    assert labels[0] == labels[1] != labels[2]
 
 
 def test_a_missing_psum_passes_on_1_device_and_is_caught_on_8(tmp_path):
     report = check("shard_map_psum", solution_file(tmp_path, WRONG["psum left out"][1]))
     one, eight = report.runs
-    assert one.passed
+    # Right values on 1 device, but no collective: its own verdict, on every case.
+    assert {r.status for r in one.results} == {"technique"}
     assert not eight.passed
-    text = str(report)
+    text = flat(str(report))
+    assert "no cross-device collective where this problem needs one" in text
     assert "value: expected 496.0, received 6.0" in text
     assert "one device's partial sum" in text
     assert 'with jax.lax.psum over "data"' in text
-    assert "Every case passes on 1 device, but not on 8 devices" in text
+    assert "Every case gets the right values on 1 device, but not on 8 devices" in text
 
 
 def test_an_out_specs_that_drops_blocks_is_caught(tmp_path):
@@ -146,13 +166,13 @@ def test_an_out_specs_that_drops_blocks_is_caught(tmp_path):
     assert one.passed
     assert not eight.passed
     assert "shape: expected (64,), received (8,)" in str(report)
-    assert "out_specs must put the blocks of all devices back together" in str(report)
+    assert "out_specs must put the blocks of all devices back together" in flat(str(report))
 
 
 def test_a_model_built_per_shard_is_caught(tmp_path):
     report = check("shard_map_simulate", solution_file(tmp_path, WRONG["model built per shard"][1]))
     assert not any(run.passed for run in report.runs)
-    assert "build the model once, outside the loop" in str(report)
+    assert "build the model once, outside the loop" in flat(str(report))
 
 
 def test_blocks_joined_on_the_wrong_axis_are_caught(tmp_path):
@@ -167,9 +187,9 @@ def test_a_body_that_is_not_vmapped_is_caught_with_jaxs_error(tmp_path):
     report = check("shard_map_vs_vmap", path)
     for run in report.runs:
         assert {r.status for r in run.results} == {"error"}
-        message = run.results[0].message
+        message = flat(run.results[0].message)
         assert "was given an out_specs entry which is too long" in message
-        assert f'File "{path}", line' in message  # the reader's shard_map call
+        assert f'File "{path}", line' in run.results[0].message  # the reader's call
 
 
 def test_an_exception_shows_its_message_and_the_readers_own_lines(tmp_path):
@@ -200,10 +220,12 @@ def test_a_hang_is_stopped_and_the_other_cases_still_run(tmp_path):
     path = solution_file(
         tmp_path,
         """
+        from shard_tutorial import shard_map_psum as reference
+
         def shard_map_psum(x):
             while x.shape[0] == 32:
                 pass
-            return jnp.sum(x)
+            return reference(x)
         """,
     )
     report = check("shard_map_psum", path, devices=[1, 8], timeout=3)
@@ -219,12 +241,13 @@ def test_a_crash_is_reported_with_the_processs_last_output(tmp_path):
         tmp_path,
         """
         import os
+        from shard_tutorial import shard_map_psum as reference
 
         def shard_map_psum(x):
             if x.shape[0] == 12:
                 print("giving up on", x.shape)
                 os._exit(7)
-            return jnp.sum(x)
+            return reference(x)
         """,
     )
     report = check("shard_map_psum", path, devices=[8])
@@ -305,6 +328,34 @@ def test_ctrl_c_stops_the_check_and_its_processes(tmp_path):
                 os.kill(worker, signal.SIGKILL)
 
 
+def test_ctrl_c_at_any_moment_stops_the_command(tmp_path):
+    path = solution_file(tmp_path, "def shard_map_psum(x):\n    while True:\n        pass\n")
+    command = (
+        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "sys.argv = ['shard_tutorial', *sys.argv[1:]]; "
+        "runpy.run_module('shard_tutorial', run_name='__main__')"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    for delay in (0.2, 0.6, 1.5, 4.0):  # importing JAX, starting workers, running a case
+        cli = subprocess.Popen(
+            [sys.executable, "-c", command, "check", "shard_map_psum", str(path)],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        try:
+            time.sleep(delay)
+            cli.send_signal(signal.SIGINT)
+            _, stderr = cli.communicate(timeout=30)  # not the whole check (2 hangs: 20 s+)
+        finally:
+            cli.kill()
+            cli.wait()
+        # Before main() runs, Python's own handler stops it (-2 here, 130 in a shell).
+        assert cli.returncode in {130, -signal.SIGINT}, (delay, stderr)
+
+
 def test_a_file_that_does_not_load_is_reported_not_raised(tmp_path):
     path = tmp_path / "broken.py"
     path.write_text("def shard_map_psum(x):\n    return (\n")
@@ -356,6 +407,10 @@ def test_bad_arguments_are_named():
             check("shard_map_psum", lambda x: x, timeout=timeout)
     with pytest.raises(TypeError, match="timeout must be a number of seconds, got str '3'"):
         check("shard_map_psum", lambda x: x, timeout="3")
+    with pytest.raises(TypeError, match=r"seed must be a whole number, got float 1\.5"):
+        check("shard_map_psum", lambda x: x, seed=1.5)
+    with pytest.raises(ValueError, match="seed must be at least 0, got -1"):
+        check("shard_map_psum", lambda x: x, seed=-1)
     with pytest.raises(ValueError, match="function='f' names a function in a file"):
         check("shard_map_psum", lambda x: x, function="f")
     with pytest.raises(
@@ -369,7 +424,7 @@ def test_the_report_renders_as_text_and_as_an_html_table(tmp_path):
     assert isinstance(report, CheckReport)
     html = report._repr_html_()
     assert "<table>" in html
-    assert html.count("<tr>") == len(PROBLEMS["shard_map_psum"].cases) + 1
+    assert html.count("<tr>") == len(PROBLEMS["shard_map_psum"].cases) + RANDOM_CASES + 1
     assert "one device&#x27;s partial sum" in html
     assert "FAILED" in html
 
@@ -402,14 +457,16 @@ def test_the_cli_lists_writes_starters_and_checks_with_exit_statuses(tmp_path):
     assert "NotImplementedError: write your solution here" in unfinished.stdout
 
     wrong = solution_file(tmp_path, WRONG["psum left out"][1], name="wrong.py")
-    failing = run_cli("check", "shard_map_psum", str(wrong), cwd=tmp_path)
+    failing = run_cli("check", "shard_map_psum", str(wrong), "--seed", "3", cwd=tmp_path)
     assert failing.returncode == 1
-    assert "FAILED (8 devices: 6 of 10 cases failed)" in failing.stdout
+    assert "FAILED (1 device: 13 of 13 cases failed; 8 devices: " in failing.stdout
+    assert "from seed 3; --seed 3" in failing.stdout
 
     right = solution_file(tmp_path, "from shard_tutorial import *\n", name="right.py")
     passing = run_cli("check", "shard_map_psum", str(right), "--devices", "1,8", cwd=tmp_path)
     assert passing.returncode == 0, passing.stdout + passing.stderr
     assert "PASSED: every case on 1 and 8 devices" in passing.stdout
+    assert "the package's own reference" in flat(passing.stdout)
 
 
 @pytest.mark.parametrize(
@@ -424,12 +481,21 @@ def test_the_cli_lists_writes_starters_and_checks_with_exit_statuses(tmp_path):
         (("check", "shard_map_psum", "other.py", "--devices", "0"), "expected device counts >= 1"),
         (("check", "shard_map_psum", "other.py", "--timeout", "0"), "a positive, finite number"),
         (("check", "shard_map_psum", "other.py", "--timeout", "soon"), "got 'soon'"),
+        (("check", "shard_map_psum", "other.py", "--seed", "-3"), "a whole number >= 0"),
+        (("check", "shard_map_psum", "value.py"), "value.py defines shard_map_psum as a value"),
+        (("check", "shard_map_psum", "klass.py"), "klass.py defines shard_map_psum as a class"),
+        (("check", "shard_map_psum", "empty.py"), "empty.py defines no function named"),
+        (("check", "shard_map_psum", "folder"), "folder is a directory"),
         (("starter", "nope"), "no problem named 'nope'"),
         (("frobnicate",), "invalid choice: 'frobnicate'"),
     ],
 )
 def test_cli_usage_errors_exit_with_status_2(tmp_path, args, message):
     (tmp_path / "other.py").write_text("def something_else(x):\n    return x\n")
+    (tmp_path / "value.py").write_text("shard_map_psum = 3\n")
+    (tmp_path / "klass.py").write_text("class shard_map_psum:\n    pass\n")
+    (tmp_path / "empty.py").write_text("")
+    (tmp_path / "folder").mkdir()
     result = run_cli(*args, cwd=tmp_path)
     assert result.returncode == 2
     assert message in result.stderr

@@ -4,11 +4,12 @@
 
     python -m shard_tutorial list
     python -m shard_tutorial starter shard_map_psum > shard_map_psum.py
-    python -m shard_tutorial check shard_map_psum shard_map_psum.py [--devices 1,8]
+    python -m shard_tutorial check shard_map_psum shard_map_psum.py [--devices 1,8] [--seed N]
 
 ``check`` exits with status 0 when every case passes on every device count, 1 when
 any fails, 2 for a usage error (an unknown problem, a missing file, a file that does
-not define the function, a bad option) and 130 when interrupted with Ctrl-C.
+not define the function, a bad option) and 130 when interrupted with Ctrl-C, at any
+moment.
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ from __future__ import annotations
 import argparse
 import ast
 import math
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
-
-from shard_tutorial.checker import DEFAULT_DEVICES, DEFAULT_TIMEOUT, check
-from shard_tutorial.problems import PROBLEMS, get_problem
+from types import FrameType
 
 
 def _device_counts(text: str) -> tuple[int, ...]:
@@ -46,7 +47,16 @@ def _seconds(text: str) -> float:
     return seconds
 
 
+def _seed(text: str) -> int:
+    if not text.isdigit():
+        msg = f"expected a whole number >= 0, such as 1234; got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return int(text)
+
+
 def _parser() -> argparse.ArgumentParser:
+    from shard_tutorial.checker import DEFAULT_DEVICES, DEFAULT_TIMEOUT  # noqa: PLC0415 (JAX)
+
     parser = argparse.ArgumentParser(
         prog="python -m shard_tutorial",
         description="Practice problems on sharded computation in JAX: list them, start "
@@ -76,21 +86,30 @@ def _parser() -> argparse.ArgumentParser:
     checking.add_argument(
         "--function", help="the function's name in the file (default: the problem's name)"
     )
+    checking.add_argument(
+        "--seed",
+        type=_seed,
+        metavar="N",
+        help="seed of the random cases, to check the same ones as a report did (default: new)",
+    )
     return parser
 
 
-def _defines(path: Path, name: str) -> bool | None:
-    """Whether the file defines ``name`` at top level; None if that cannot be told.
+def _binding(path: Path, name: str) -> str | None:
+    """How the file binds ``name`` at top level; None if that cannot be told.
+
+    The answer is ``"def"``, ``"class"``, ``"import"``, ``"value"`` (an assignment of
+    a literal, such as ``3``), ``"other"``, or ``"none"`` (not at all).
 
     It cannot be told when the file does not parse (the check reports why), or binds
     names in ways this simple reading does not follow: ``from m import *``, or
     statements inside top-level ``if``, ``try``, ``with`` or loop blocks.
     """
     try:
-        tree = ast.parse(path.read_text(), filename=str(path))
+        tree = ast.parse(path.read_bytes(), filename=str(path))
     except (SyntaxError, ValueError):
         return None
-    bound: set[str] = set()
+    bound = "none"
     for node in tree.body:
         if isinstance(
             node, ast.If | ast.Try | ast.TryStar | ast.With | ast.For | ast.While | ast.Match
@@ -98,20 +117,58 @@ def _defines(path: Path, name: str) -> bool | None:
             return None
         if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
             return None
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            bound.add(node.name)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == name:
+            bound = "def"
+        elif isinstance(node, ast.ClassDef) and node.name == name:
+            bound = "class"
         elif isinstance(node, ast.Import | ast.ImportFrom):
-            bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+            if any((a.asname or a.name).split(".")[0] == name for a in node.names):
+                bound = "import"
         elif isinstance(node, ast.Assign | ast.AnnAssign):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            bound.update(
-                t.id for target in targets for t in ast.walk(target) if isinstance(t, ast.Name)
-            )
-    return name in bound
+            if any(isinstance(t, ast.Name) and t.id == name for g in targets for t in ast.walk(g)):
+                literal = isinstance(node.value, ast.Constant | ast.List | ast.Tuple | ast.Dict)
+                bound = "value" if literal else "other"
+    return bound
+
+
+_interrupted = threading.Event()  # Ctrl-C was pressed during this command
+
+
+def _interrupt(_signum: int, _frame: FrameType | None) -> None:
+    """Ctrl-C: stop every check in progress, even if the KeyboardInterrupt gets lost."""
+    _interrupted.set()
+    checker = sys.modules.get("shard_tutorial.checker")  # it may be half imported
+    event = getattr(checker, "INTERRUPTED", None)
+    if event is not None:
+        event.set()
+    raise KeyboardInterrupt
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; return the exit status."""
+    """Run the command line; return the exit status (130 after Ctrl-C)."""
+    _interrupted.clear()
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _interrupt)
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("interrupted: the check was stopped", file=sys.stderr)
+        return 130  # the shell's status for Ctrl-C
+    finally:
+        if previous is signal.default_int_handler:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    from shard_tutorial.checker import INTERRUPTED, check  # noqa: PLC0415 (JAX: after the handler)
+    from shard_tutorial.problems import PROBLEMS, get_problem  # noqa: PLC0415
+
+    INTERRUPTED.clear()  # a Ctrl-C of an earlier run in this process is over
+    if _interrupted.is_set():  # pressed while JAX was imported, and swallowed there
+        raise KeyboardInterrupt
+
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command == "list":
@@ -128,20 +185,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(problem.starter())
         return 0
     function = args.function or problem.name
+    if args.file.is_dir():
+        parser.error(f"{args.file} is a directory: give the .py file that defines {function}")
     if not args.file.is_file():
         parser.error(f"no such file: {args.file}")
-    if _defines(args.file, function) is False:
+    binding = _binding(args.file, function)
+    if binding == "none":
         parser.error(
             f"{args.file} defines no function named {function!r} "
             "(name it after the problem, or pass --function NAME)"
         )
-    try:
-        report = check(
-            problem, args.file, devices=args.devices, timeout=args.timeout, function=function
+    if binding in {"class", "value"}:
+        what = "a class" if binding == "class" else "a value"
+        parser.error(
+            f"{args.file} defines {function} as {what}, not a function: "
+            f"write it as def {function}(...):"
         )
-    except KeyboardInterrupt:
-        print("interrupted: the check was stopped", file=sys.stderr)
-        return 130  # the shell's status for Ctrl-C
+    report = check(
+        problem,
+        args.file,
+        devices=args.devices,
+        timeout=args.timeout,
+        function=function,
+        seed=args.seed,
+    )
+    if _interrupted.is_set():
+        raise KeyboardInterrupt
     print(report)
     return 0 if report.passed else 1
 

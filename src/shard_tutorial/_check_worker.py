@@ -1,14 +1,23 @@
-"""The process that runs a solution on a problem's cases, for :mod:`shard_tutorial.checker`.
+"""The process that runs a solution, for :mod:`shard_tutorial.checker`: it never judges.
 
 One worker runs on one device count, which it fixes before anything else touches JAX.
-It reads its request from the pickle file named on the command line and reports on the
-pipe named in the request, one JSON object per line, so that whatever the solution
-prints cannot be mistaken for a report:
+Its parent sets its limits (memory, its own session) and then writes the request, a
+pickle, on its standard input: the solution, the device count, the cases' arguments
+and the pipe to report on. The worker loads the solution, calls it on each case and
+sends back what it returned as plain data. The verdict is given by the parent, which
+holds the problem's oracle: code in the solution's file cannot change it.
 
-- ``{"event": "ready"}`` once the solution is loaded, or ``{"event": "load_error", ...}``;
+Each report is a frame on the pipe: one line of JSON, then as many raw bytes as its
+``"nbytes"`` says (an output's values), so that what the solution prints (to a file
+of its own) cannot be mistaken for a report:
+
+- ``{"event": "loading"}`` before the solution's file runs; then ``{"event": "ready",
+  "origin": ..., "x64": ...}`` once it is loaded, or ``{"event": "load_error", ...}``;
 - ``{"event": "start", "case": i}`` before each case, so the parent knows which one a
   hang or a crash happened in;
-- ``{"event": "result", "case": i, "status": "pass" | "fail" | "error", ...}`` after it;
+- ``{"event": "output", "case": i, "output": {...}, "nbytes": n}`` with what the
+  solution returned (see :func:`describe_output`), or ``{"event": "raised", "case":
+  i, "message": ..., "memory": bool}``;
 - ``{"event": "done"}`` at the end.
 """
 
@@ -29,9 +38,22 @@ from pathlib import Path
 from typing import Any
 
 MESSAGE_LIMIT = 4000  # characters of an error message kept in a report
+FRAME_LIMIT = 12  # frames of the solution's own code kept in a report
 # JAX's note that it hid its own frames: true here too, and not what a reader needs.
 JAX_FILTER_NOTE = re.compile(
     r"-{20}\nFor simplicity, JAX has removed its internal frames.*", re.DOTALL
+)
+# How running out of memory shows in an exception's text (XLA's allocator, C++).
+MEMORY_SIGNS = ("RESOURCE_EXHAUSTED", "Out of memory", "bad_alloc", "Cannot allocate memory")
+# How JAX says a mesh does not divide an axis, across versions: (length, devices).
+_NOT_DIVISIBLE = (
+    re.compile(
+        r"partitioned (?P<devices>\d+) times, but does not evenly divide the dimension size (?P<length>\d+)"
+    ),
+    re.compile(
+        r"\(of size (?P<length>\d+)\) to mesh axis '[^']*' \(of size (?P<devices>\d+)\), but"
+    ),
+    re.compile(r"should be divisible by (?P<devices>\d+), but it is equal to (?P<length>\d+)"),
 )
 
 
@@ -51,93 +73,256 @@ def is_library_file(filename: str) -> bool:
 
 
 def describe_exception(error: BaseException) -> str:
-    """The error's type and message, then the frames of the solution's own code."""
+    """The error's type and message, a hint where one helps, then the reader's own frames.
+
+    Args:
+      error: what the solution raised.
+
+    Returns:
+      Text for a report: JAX's and the library's frames left out, repeated frames
+      (endless recursion) collapsed.
+
+    Examples:
+      >>> from shard_tutorial._check_worker import describe_exception
+      >>> print(describe_exception(SystemExit(3)))
+      SystemExit: 3
+      (The solution called sys.exit(): a solution returns its answer instead.)
+    """
     frames = [
         frame
         for frame in traceback.extract_tb(error.__traceback__)
         if not frame.filename.startswith("<frozen") and not is_library_file(frame.filename)
     ]
-    message = "".join(traceback.format_exception_only(type(error), error)).strip()
+    if isinstance(error, SystemExit | KeyboardInterrupt):
+        message = f"{type(error).__name__}: {error}".rstrip(": ")
+    else:
+        message = "".join(traceback.format_exception_only(type(error), error)).strip()
     message = JAX_FILTER_NOTE.sub("", message).strip()
     if len(message) > MESSAGE_LIMIT:
         message = message[:MESSAGE_LIMIT] + " [...]"
-    if "use_cpu_devices" in message:
-        message += (
-            "\n(The checker sets the device count itself: leave use_cpu_devices out of the "
-            "code you check.)"
-        )
+    hint = _hint(error, message)
+    if hint:
+        message += f"\n({hint})"
     if not frames:
         return message
-    return message + "\nin your code:\n" + "".join(traceback.format_list(frames)).rstrip()
+    summary = traceback.StackSummary.from_list(frames[-FRAME_LIMIT:])
+    return message + "\nin your code:\n" + "".join(summary.format()).rstrip()
+
+
+def _hint(error: BaseException, message: str) -> str | None:
+    """One sentence on what an error usually means, for the errors readers meet most."""
+    if isinstance(error, SystemExit):
+        return "The solution called sys.exit(): a solution returns its answer instead."
+    if isinstance(error, KeyboardInterrupt):
+        return "The solution raised KeyboardInterrupt itself; nobody pressed Ctrl-C."
+    if isinstance(error, RecursionError):
+        return "Endless recursion: does the function call itself with the same input?"
+    if isinstance(error, NameError) and not isinstance(error, UnboundLocalError):
+        return "Is an import missing at the top of your file?"
+    if isinstance(error, UnicodeDecodeError) or "codec can't decode" in message:
+        return (
+            "The file is not UTF-8 text: save it as UTF-8, or declare its encoding on its "
+            "first line, e.g. # -*- coding: latin-1 -*-"
+        )
+    if "use_cpu_devices" in message or "jax_num_cpu_devices" in message:
+        return "The checker sets the device count itself: leave it out of the code you check."
+    for pattern in _NOT_DIVISIBLE:
+        found = pattern.search(message)
+        if found:
+            length, devices = found["length"], found["devices"]
+            return (
+                f"A mesh of {devices} devices does not divide the length {length} into equal "
+                "blocks: use as many devices as divide it (shard_tutorial.data_mesh(n) "
+                "builds that mesh)."
+            )
+    return None
+
+
+def is_memory_error(error: BaseException) -> bool:
+    """Whether ``error`` says the process ran out of memory (its limit, set by the parent)."""
+    return isinstance(error, MemoryError) or any(sign in str(error) for sign in MEMORY_SIGNS)
 
 
 def load_solution(spec: dict[str, Any]) -> Callable[..., Any]:
     """The solution function: from a file (run as a module) or from a pickled function."""
     if spec["kind"] == "file":
         namespace = runpy.run_path(spec["path"], run_name="solution")
-        function = namespace.get(spec["function"])
-        if not callable(function):
-            msg = f"{spec['path']} defines no function named {spec['function']!r}"
-            raise NameError(msg)
-        return function
-    import cloudpickle  # noqa: PLC0415 (only needed for functions passed from Python)
+        name = spec["function"]
+        if name not in namespace:
+            msg = f"the file defines no function named {name!r}"
+            if not any(not key.startswith("__") for key in namespace):
+                msg += " (it defines nothing: is it empty?)"
+            raise LookupError(msg)
+        function = namespace[name]
+    else:
+        import cloudpickle  # noqa: PLC0415 (only needed for functions passed from Python)
 
-    function = cloudpickle.loads(spec["pickle"])
+        function = cloudpickle.loads(spec["pickle"])
+        name = getattr(function, "__name__", "the solution")
+    if isinstance(function, type):
+        msg = f"{name} is a class, not a function: define it with def {name}(...):"
+        raise TypeError(msg)
     if not callable(function):
-        msg = f"the solution is a {type(function).__name__}, not a function"
+        shown = repr(function)
+        shown = shown if len(shown) < 60 else shown[:57] + "..."
+        msg = f"{name} is a {type(function).__name__} ({shown}), not a function"
         raise TypeError(msg)
     return function
 
 
-def main(request_file: str) -> int:
-    """Run the request in ``request_file``; report on its pipe."""
-    request = pickle.loads(Path(request_file).read_bytes())  # written by our parent
-    channel = os.fdopen(request["fd"], "w", buffering=1)
+def primitives_of(function: Callable[..., Any], args: tuple[Any, ...]) -> list[str]:
+    """The names of the primitives in ``function``'s traced program, nested ones included.
 
-    def emit(**event: Any) -> None:
-        channel.write(json.dumps(event) + "\n")
-        channel.flush()
+    Arguments that are not arrays (Python numbers) are static, as a caller's
+    ``int(seed)`` needs them to be.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from shard_tutorial._check_worker import primitives_of
+      >>> primitives_of(lambda x, k: jnp.sum(x * k), (jnp.ones(3), 2.0))
+      ['mul', 'reduce_sum']
+    """
+    import jax  # noqa: PLC0415 (the worker imports JAX after fixing the device count)
+
+    static = tuple(i for i, a in enumerate(args) if not isinstance(a, jax.Array))
+    closed = jax.make_jaxpr(function, static_argnums=static)(*args)
+    found: set[str] = set()
+    pending: list[Any] = [closed.jaxpr]
+    while pending:
+        jaxpr = pending.pop()
+        for equation in jaxpr.eqns:
+            found.add(equation.primitive.name)
+            for value in equation.params.values():
+                for item in value if isinstance(value, list | tuple) else (value,):
+                    inner = getattr(item, "jaxpr", item)  # a ClosedJaxpr holds a Jaxpr
+                    if hasattr(inner, "eqns"):
+                        pending.append(inner)
+    return sorted(found)
+
+
+def describe_output(value: object) -> tuple[dict[str, Any], bytes]:
+    """What the solution returned, as plain data (a JSON header) and its values' bytes.
+
+    The header says what ``value`` is (``"kind"``: ``"jax.Array"``, ``"numpy"``, a
+    Python type's name), and for arrays their ``dtype``, ``shape`` and, for a
+    ``jax.Array``, its layout: ``split`` (for each axis, how many blocks the
+    devices hold) and ``devices`` (how many hold a part).
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from shard_tutorial._check_worker import describe_output
+      >>> header, values = describe_output(jnp.arange(3.0))
+      >>> header
+      {'kind': 'jax.Array', 'dtype': 'float32', 'shape': [3], 'split': [1], 'devices': 1}
+      >>> len(values)
+      12
+      >>> describe_output([1, 2])
+      ({'kind': 'list', 'length': 2}, b'')
+    """
+    import jax  # noqa: PLC0415
+    import numpy as np  # noqa: PLC0415
+
+    if isinstance(value, jax.Array):
+        shape = tuple(value.shape)
+        blocks = value.sharding.shard_shape(shape)
+        split = [n // b if b else 1 for n, b in zip(shape, blocks, strict=True)]
+        header: dict[str, Any] = {
+            "kind": "jax.Array",
+            "dtype": str(value.dtype),
+            "shape": list(shape),
+            "split": split,
+            "devices": len(value.sharding.device_set),
+        }
+        array = np.asarray(value)
+    elif isinstance(value, np.ndarray | np.generic) and value.dtype != object:
+        array = np.asarray(value)
+        header = {"kind": "numpy", "dtype": str(array.dtype), "shape": list(array.shape)}
+    else:
+        header = {"kind": type(value).__name__}
+        if isinstance(value, list | tuple):
+            header["length"] = len(value)
+        elif isinstance(value, int | float | complex | str | bool):
+            text = repr(value)
+            header["repr"] = text if len(text) <= 40 else text[:37] + "..."
+        return header, b""
+    if array.dtype.kind in "OSUMm":  # objects, text, dates: not numbers
+        header["kind"] = f"array of {array.dtype}"
+        return header, b""
+    return header, np.ascontiguousarray(array).tobytes()
+
+
+def main() -> int:
+    """Run the request on standard input; report on its pipe."""
+    request = pickle.loads(sys.stdin.buffer.read())  # written by our parent
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)  # the solution reads nothing from the checker
+    os.close(null)
+    channel: int = request["fd"]
+    os.set_inheritable(channel, False)  # programs the solution starts do not get it
+    me = os.getpid()
+    write, getpid, dumps, exit_now = os.write, os.getpid, json.dumps, os._exit
+
+    def emit(payload: bytes = b"", **event: Any) -> None:
+        if getpid() != me:  # a fork of the solution's: it never reports
+            exit_now(0)
+        if payload:
+            event["nbytes"] = len(payload)
+        data = memoryview(dumps(event).encode() + b"\n" + payload)
+        while data:
+            data = data[write(channel, data) :]
 
     from shard_tutorial.devices import use_cpu_devices  # noqa: PLC0415 (before JAX starts)
 
     use_cpu_devices(request["devices"])
     import jax  # noqa: PLC0415
+    import jax.numpy as jnp  # noqa: PLC0415
+    import numpy as np  # noqa: PLC0415
 
     jax.devices()  # start the backend now, so the solution cannot change the device count
-
-    from shard_tutorial.problems import get_problem  # noqa: PLC0415
-
-    problem = get_problem(request["problem"])
+    cases = [
+        tuple(jnp.asarray(a) if isinstance(a, np.ndarray) else a for a in args)
+        for args in request["cases"]
+    ]
+    block, perf_counter = jax.block_until_ready, time.perf_counter
     sys.path.insert(0, str(Path.cwd()))
-    # The solution's code may raise anything, SystemExit included; only Ctrl-C
-    # (KeyboardInterrupt) stops the worker, as the reader meant.
+    emit(event="loading")
+    # The solution's code may raise anything, SystemExit and KeyboardInterrupt
+    # included: its parent ends this process, never a signal of the reader's.
     try:
         solution = load_solution(request["solution"])
-    except (Exception, SystemExit) as error:  # noqa: BLE001
+    except BaseException as error:  # noqa: BLE001
         emit(event="load_error", message=describe_exception(error))
         return 0
-    emit(event="ready")
-    for index in range(request["start"], len(problem.cases)):
-        case = problem.cases[index]
+    origin = f"{getattr(solution, '__module__', '')}.{getattr(solution, '__qualname__', '')}"
+    emit(event="ready", origin=origin, x64=bool(jax.config.jax_enable_x64))
+    for index in range(request["start"], len(cases)):
+        args = cases[index]
         emit(event="start", case=index)
-        began = time.perf_counter()
+        began = perf_counter()
         try:
-            received = jax.block_until_ready(solution(*case.jax_args()))
-            diagnosis = problem.diagnose(case, received)
-        except (Exception, SystemExit) as error:  # noqa: BLE001 (as above)
-            status, message = "error", describe_exception(error)
-        else:
-            status, message = ("pass", "") if diagnosis is None else ("fail", diagnosis)
-        emit(
-            event="result",
-            case=index,
-            status=status,
-            message=message,
-            seconds=round(time.perf_counter() - began, 3),
-        )
+            received = block(solution(*args))
+        except BaseException as error:  # noqa: BLE001 (as above)
+            emit(
+                event="raised",
+                case=index,
+                message=describe_exception(error),
+                memory=is_memory_error(error),
+            )
+            continue
+        seconds = perf_counter() - began
+        try:
+            header, payload = describe_output(received)
+        except BaseException as error:  # noqa: BLE001 (an object whose methods raise)
+            header, payload = {"kind": type(received).__name__, "problem": str(error)}, b""
+        if request["trace"]:
+            try:
+                header["primitives"] = primitives_of(solution, args)
+            except BaseException as error:  # noqa: BLE001
+                header["trace_error"] = describe_exception(error).splitlines()[0]
+        emit(payload, event="output", case=index, output=header, seconds=round(seconds, 3))
     emit(event="done")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main())

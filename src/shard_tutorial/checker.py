@@ -2,11 +2,23 @@
 
 The device count of a JAX process is fixed when JAX starts, so each device count runs
 in a fresh Python process (:mod:`shard_tutorial._check_worker`), by default 1 and 8
-fake CPU devices at the same time. Each runs the problem's cases (the same
-:attr:`~shard_tutorial.problem.Problem.cases` the package's tests use) and compares every
-answer with the problem's NumPy oracle. A case that runs longer than ``timeout`` (an
-endless loop, a collective that some devices never reach) is stopped and reported, and
-the remaining cases run in a new process; so is a case that crashes its process.
+fake CPU devices at the same time. A worker only runs the solution: it calls it on
+each case (the problem's :attr:`~shard_tutorial.problem.Problem.cases`, which the
+package's tests use too, and a few fresh random ones from a printed seed) and sends
+back what it returned as plain data: values, dtype, shape, how the output is split
+over the devices, and the primitives of the solution's traced program. The verdict is
+given here, in the checker's own process, where the reader's code never ran: the
+values against the problem's NumPy oracle, then the technique the problem practises
+(:attr:`~shard_tutorial.problem.Problem.techniques`) and the output's layout
+(:attr:`~shard_tutorial.problem.Problem.placement`).
+
+Each worker runs in a session of its own, under a memory limit, and the whole
+session is ended when it is done, so nothing the solution starts outlives the check.
+A case that runs longer than ``timeout`` (an endless loop, a collective that some
+devices never reach) is stopped, and the remaining cases run in a new process; after
+:data:`MAX_LOST` cases in a row lose their process (hangs, crashes), or
+:data:`MAX_HANGS` hangs in all, the rest are not run, so a check ends within about
+two timeouts plus its normal time, whatever the solution does.
 
 From Python or a notebook, pass the function; from a terminal, the file that defines it::
 
@@ -16,13 +28,17 @@ From Python or a notebook, pass the function; from a terminal, the file that def
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import html
 import json
 import math
 import os
 import pickle
+import resource
+import secrets
 import selectors
+import signal
 import subprocess
 import sys
 import tempfile
@@ -35,21 +51,49 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from shard_tutorial._check_worker import is_library_file
-from shard_tutorial.problem import Problem
+import numpy as np
+
+from shard_tutorial._check_worker import MEMORY_SIGNS, is_library_file
+from shard_tutorial.problem import Case, Problem
 from shard_tutorial.problems import get_problem
 
-__all__ = ["DEFAULT_DEVICES", "DEFAULT_TIMEOUT", "CaseResult", "CheckReport", "DeviceRun", "check"]
+__all__ = [
+    "DEFAULT_DEVICES",
+    "DEFAULT_TIMEOUT",
+    "MEMORY_LIMIT",
+    "CaseResult",
+    "CheckReport",
+    "DeviceRun",
+    "check",
+]
 
 DEFAULT_DEVICES = (1, 8)
-DEFAULT_TIMEOUT = 30.0
-"""Seconds a case may take, compilation included, before it is stopped as a hang."""
+DEFAULT_TIMEOUT = 10.0
+"""Seconds a case may take, compilation and tracing included, before it is stopped as
+a hang. A right solution's slowest case takes about a second on a busy machine
+(``benchmarks/checker.py`` prints the figures)."""
 STARTUP_TIMEOUT = 120.0
-"""Seconds a fresh process may take to start JAX and load the solution."""
-_POLL = 0.25  # seconds between looks at whether the check was cancelled
-EXIT_GRACE = 10.0
-"""Seconds a finished process may take to exit (saving coverage data, say) before it is
-killed: a thread the solution started must not keep the check waiting."""
+"""Seconds a fresh process may take to start JAX (slow only on a very busy machine)."""
+LOAD_TIMEOUT = 30.0
+"""Seconds the solution's file may take to run (its imports included) when loaded."""
+MEMORY_LIMIT = 3 * 2**30
+"""Bytes of address space a worker may map. JAX with 8 CPU devices maps about 1.8 GiB
+(most of it reserved, not used); a solution that needs more than the rest is stopped."""
+OUTPUT_LIMIT = 256 * 2**20
+"""Bytes a worker may print: beyond, the process is stopped (``SIGXFSZ``)."""
+RANDOM_CASES = 3
+"""Fresh random cases added to every check of a problem that can generate them."""
+MAX_LOST = 2
+"""Cases in a row that may lose their process (a hang, a crash) before the rest are not run."""
+MAX_HANGS = 2
+"""Hangs a run may have in all before the rest of its cases are not run."""
+EXIT_GRACE = 2.0
+"""Seconds a finished process may take to exit before its whole session is killed: a
+thread or a process the solution started must not keep the check waiting."""
+_POLL = 0.1  # seconds between looks at whether the worker ended or the check was cancelled
+INTERRUPTED = threading.Event()
+"""Set by the command line's Ctrl-C handler: every check stops its workers and raises
+KeyboardInterrupt, even if the KeyboardInterrupt itself was swallowed somewhere."""
 
 _WRAP = "white-space: pre-wrap"  # a diagnosis is read, not scrolled
 _CELL = "padding: 0.1em 1.2em 0.1em 0; text-align: left; white-space: nowrap"
@@ -59,6 +103,9 @@ _SYMBOLS = {
     "error": "ERROR",
     "timeout": "TIMEOUT",
     "crash": "CRASHED",
+    "memory": "MEMORY",
+    "technique": "TECHNIQUE",
+    "placement": "PLACEMENT",
     "not run": "-",
 }
 
@@ -71,7 +118,10 @@ class CaseResult:
       label: what the case exercises.
       arguments: the arguments' shapes and values, e.g. ``"x=float32[32]"``.
       status: ``"pass"``, ``"fail"`` (a wrong answer), ``"error"`` (an exception),
-        ``"timeout"``, ``"crash"`` (the process died) or ``"not run"``.
+        ``"timeout"``, ``"crash"`` (the process died), ``"memory"`` (more than
+        :data:`MEMORY_LIMIT`), ``"technique"`` (right values without the technique
+        the problem practises), ``"placement"`` (right values, laid out over the
+        devices otherwise than asked) or ``"not run"``.
       message: what went wrong; empty when the case passed.
       seconds: how long the case took, compilation included.
     """
@@ -111,7 +161,7 @@ class DeviceRun:
         """The cases that did not pass, grouped when they went wrong the same way."""
         groups: dict[tuple[str, str], list[CaseResult]] = {}
         for result in self.results:
-            if result.status not in {"pass", "not run"}:
+            if result.status != "pass" and (result.status != "not run" or result.message):
                 groups.setdefault((result.status, result.message), []).append(result)
         return list(groups.values())
 
@@ -125,12 +175,17 @@ class CheckReport:
       solution: what was checked, e.g. ``"shard_map_psum in solution.py"``.
       runs: one run per device count.
       seconds: wall time of the whole check.
+      seed: the seed of the check's random cases (None: it had none).
+      notes: what the reader should know besides the verdict (that the file only
+        re-exports the package's reference, say).
     """
 
     problem: str
     solution: str
     runs: tuple[DeviceRun, ...]
     seconds: float
+    seed: int | None = None
+    notes: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -152,22 +207,22 @@ class CheckReport:
 
     def hints(self) -> list[str]:
         """Advice drawn from comparing the device counts."""
-        single = next((run for run in self.runs if run.devices == 1 and run.passed), None)
+        single = next((run for run in self.runs if run.devices == 1 and _values_right(run)), None)
         if single is None:
             return []
         broken = [
             run
             for run in self.runs
-            if run.devices > 1 and not run.passed and run.load_error is None
+            if run.devices > 1 and not _values_right(run) and run.load_error is None
         ]
         if not broken:
             return []
         names = " and ".join(run.name for run in broken)
         hint = (
-            f"Every case passes on 1 device, but not on {names}. An answer that changes "
-            "with the number of devices usually means a missing collective (psum), an "
-            "out_specs that does not describe what each device returns, or code that "
-            "assumes one block is the whole array. (On one device, it is.)"
+            f"Every case gets the right values on 1 device, but not on {names}. An answer "
+            "that changes with the number of devices usually means a missing collective "
+            "(psum), an out_specs that does not describe what each device returns, or code "
+            "that assumes one block is the whole array. (On one device, it is.)"
         )
         return [hint]
 
@@ -177,6 +232,8 @@ class CheckReport:
             f"Checking {self.solution} on {self._device_counts()}: {self.verdict()}",
             "",
         ]
+        for note in self._notes():
+            lines += [textwrap.fill("Note: " + note, 88), ""]
         for run in self.runs:
             if run.load_error is not None:
                 lines += [
@@ -219,6 +276,7 @@ class CheckReport:
             f"{self.seconds:.1f} s</p>"
         )
         parts = [heading]
+        parts += [f"<p><em>Note:</em> {html.escape(note)}</p>" for note in self._notes()]
         for run in self.runs:
             if run.load_error is not None:
                 parts.append(
@@ -255,6 +313,15 @@ class CheckReport:
         parts += [f"<p><em>Hint:</em> {html.escape(hint)}</p>" for hint in self.hints()]
         return "".join(parts) + "</div>"
 
+    def _notes(self) -> list[str]:
+        notes = list(self.notes)
+        if self.seed is not None:
+            notes.append(
+                f"the random cases came from seed {self.seed}; --seed {self.seed} (seed="
+                f"{self.seed} from Python) checks the same cases again."
+            )
+        return notes
+
     def _device_counts(self) -> str:
         counts = [str(run.devices) for run in self.runs]
         joined = counts[0] if len(counts) == 1 else ", ".join(counts[:-1]) + " and " + counts[-1]
@@ -279,6 +346,7 @@ def check(
     devices: Sequence[int] = DEFAULT_DEVICES,
     timeout: float = DEFAULT_TIMEOUT,
     function: str | None = None,
+    seed: int | None = None,
 ) -> CheckReport:
     """Run a solution on a problem's cases on each device count and report.
 
@@ -291,6 +359,9 @@ def check(
       devices: the device counts to run on, each in its own process.
       timeout: seconds each case may take before it is stopped as a hang.
       function: the function's name in the file, if it is not the problem's name.
+      seed: the seed of the fresh random cases added to the problem's own; the
+        report prints it, so a check can be repeated on the same cases. None picks
+        a new one.
 
     Returns:
       A :class:`CheckReport`; ``report.passed`` says whether every case passed.
@@ -298,17 +369,23 @@ def check(
     Raises:
       KeyError: for an unknown problem.
       FileNotFoundError: if ``solution`` names a file that does not exist.
-      ValueError: for a device count below 1 or a timeout that is not positive.
+      IsADirectoryError: if ``solution`` names a directory.
+      TypeError: for a timeout or a seed that is not a number.
+      ValueError: for a device count below 1, a timeout that is not positive or a
+        negative seed.
+      KeyboardInterrupt: when interrupted; the workers are stopped first.
 
     Examples:
       Checking the reference solution, on 1 and 8 devices:
 
       >>> from shard_tutorial import check, shard_map_double
-      >>> report = check("shard_map_double", shard_map_double)
+      >>> report = check("shard_map_double", shard_map_double, seed=7)
       >>> report.passed, [run.name for run in report.runs]
       (True, ['1 device', '8 devices'])
       >>> print(report.verdict())
       PASSED: every case on 1 and 8 devices
+      >>> report.runs[0].results[-1].label
+      'random: length 256, float32'
     """
     problem = problem if isinstance(problem, Problem) else get_problem(problem)
     counts = tuple(devices)
@@ -321,22 +398,39 @@ def check(
     if not 0 < timeout < math.inf:
         msg = f"timeout must be a positive, finite number of seconds, got {timeout!r}"
         raise ValueError(msg)
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        msg = f"seed must be a whole number, got {type(seed).__name__} {seed!r}"
+        raise TypeError(msg)
+    if seed is not None and seed < 0:
+        msg = f"seed must be at least 0, got {seed}"
+        raise ValueError(msg)
     start = time.perf_counter()
     spec, described, load_error = _solution_spec(problem, solution, function)
+    cases = list(problem.cases)
+    if problem.generate is not None:
+        seed = secrets.randbelow(10**6) if seed is None else seed
+        rng = np.random.default_rng(seed)
+        cases += [problem.generate(rng) for _ in range(RANDOM_CASES)]
+    else:
+        seed = None
     if load_error is not None:
         runs = tuple(DeviceRun(n, (), load_error) for n in counts)
+        notes: tuple[str, ...] = ()
     else:
-        cancel = threading.Event()  # set on Ctrl-C: the workers are killed, none restarts
+        checking = _Check(problem, tuple(cases), spec, timeout, threading.Event())
         pool = ThreadPoolExecutor(len(counts))
         try:
-            futures = [pool.submit(_run, problem, spec, n, timeout, cancel) for n in counts]
+            futures = [pool.submit(checking.run, n) for n in counts]
             runs = tuple(future.result() for future in futures)
         except BaseException:
-            cancel.set()
+            checking.cancel.set()
             raise
         finally:
             pool.shutdown()
-    return CheckReport(problem.name, described, runs, time.perf_counter() - start)
+        notes = checking.notes()
+    if INTERRUPTED.is_set():
+        raise KeyboardInterrupt
+    return CheckReport(problem.name, described, runs, time.perf_counter() - start, seed, notes)
 
 
 def _solution_spec(
@@ -345,10 +439,13 @@ def _solution_spec(
     """What the workers load, a description of it, and why it cannot be sent, if so."""
     if isinstance(solution, str | os.PathLike):
         path = Path(solution).resolve()
+        name = function or problem.name
+        if path.is_dir():
+            msg = f"solution {str(solution)!r} is a directory, not the .py file that defines {name}"
+            raise IsADirectoryError(msg)
         if not path.is_file():
             msg = f"solution file {str(solution)!r} does not exist"
             raise FileNotFoundError(msg)
-        name = function or problem.name
         return {"kind": "file", "path": str(path), "function": name}, f"{name} in {solution}", None
     if not callable(solution):
         msg = (
@@ -391,187 +488,463 @@ def _installed(module: ModuleType) -> bool:
     return filename is None or is_library_file(filename)  # no file: built in
 
 
-def _run(
-    problem: Problem, spec: dict[str, Any], devices: int, timeout: float, cancel: threading.Event
-) -> DeviceRun:
-    """Every case on one device count, restarting the worker after a hang or a crash."""
-    results: dict[int, CaseResult] = {}
-    start = 0
-    while start < len(problem.cases) and not cancel.is_set():
-        outcome = _worker(problem, spec, devices, start, timeout, cancel)
-        if outcome.load_error is not None:
-            return DeviceRun(devices, (), outcome.load_error)
-        results.update(outcome.results)
-        if outcome.stopped is None:
-            break
-        index, status, message = outcome.stopped
-        case = problem.cases[index]
-        seconds = timeout if status == "timeout" else 0.0  # a crash's moment is not known
-        results[index] = CaseResult(case.label, problem.describe(case), status, message, seconds)
-        start = index + 1
-    ordered = tuple(
-        results.get(i) or CaseResult(case.label, problem.describe(case), "not run")
-        for i, case in enumerate(problem.cases)
-    )
-    return DeviceRun(devices, ordered)
-
-
 @dataclasses.dataclass
 class _Outcome:
+    """What one worker process did, from the case it started at."""
+
     results: dict[int, CaseResult]
     stopped: tuple[int, str, str] | None = None  # case, status, message: a hang or a crash
     load_error: str | None = None
 
 
-def _worker(
-    problem: Problem,
-    spec: dict[str, Any],
-    devices: int,
-    start: int,
-    timeout: float,
-    cancel: threading.Event,
-) -> _Outcome:
-    with tempfile.TemporaryDirectory(prefix="shard-tutorial-check-") as scratch:
-        read_end, write_end = os.pipe()
+@dataclasses.dataclass
+class _Check:
+    """One check: the cases, the solution, and what the workers said about it."""
+
+    problem: Problem
+    cases: tuple[Case, ...]
+    spec: dict[str, Any]
+    timeout: float
+    cancel: threading.Event
+    origins: set[str] = dataclasses.field(default_factory=set)
+    x64: bool = False
+
+    def notes(self) -> tuple[str, ...]:
+        """What the report says besides the verdict."""
+        notes = []
+        reference = self.problem.reference
+        own = f"{reference.__module__}.{reference.__qualname__}"
+        if own in self.origins:
+            notes.append(
+                f"the function checked is the package's own reference ({own}), imported, not "
+                "written: this check ran the package's solution, not code of yours."
+            )
+        if self.x64:
+            notes.append(
+                "the solution turns on jax_enable_x64; the answers are still expected in the "
+                "dtypes JAX gives by default (float32, int32)."
+            )
+        return tuple(notes)
+
+    def describe(self, index: int) -> tuple[str, str]:
+        case = self.cases[index]
+        return case.label, self.problem.describe(case)
+
+    def run(self, devices: int) -> DeviceRun:
+        """Every case on one device count, in as few worker processes as the solution allows."""
+        results: dict[int, CaseResult] = {}
+        start, lost_in_a_row, hangs = 0, 0, 0
+        while start < len(self.cases) and not self._cancelled():
+            outcome = self._session(devices, start)
+            if outcome.load_error is not None:
+                return DeviceRun(devices, (), outcome.load_error)
+            results.update(outcome.results)
+            if outcome.stopped is None:
+                break
+            index, status, message = outcome.stopped
+            seconds = self.timeout if status == "timeout" else 0.0  # a crash's moment: unknown
+            results[index] = CaseResult(*self.describe(index), status, message, seconds)
+            lost_in_a_row = lost_in_a_row + 1 if not outcome.results else 1
+            hangs += status == "timeout"
+            start = index + 1
+            if lost_in_a_row >= MAX_LOST or hangs >= MAX_HANGS:
+                why = f"{hangs} hangs" if hangs >= MAX_HANGS else f"{lost_in_a_row} cases in a row"
+                for rest in range(start, len(self.cases)):
+                    results[rest] = CaseResult(
+                        *self.describe(rest),
+                        "not run",
+                        f"not run, after {why} that stopped the process running the solution",
+                    )
+                break
+        ordered = tuple(
+            results.get(i) or CaseResult(*self.describe(i), "not run")
+            for i in range(len(self.cases))
+        )
+        return DeviceRun(devices, ordered)
+
+    def _cancelled(self) -> bool:
+        return self.cancel.is_set() or INTERRUPTED.is_set()
+
+    def _session(self, devices: int, start: int) -> _Outcome:
+        """Run the cases from ``start`` on in one worker, until they end or it is lost."""
+        with tempfile.TemporaryDirectory(prefix="shard-tutorial-check-") as scratch:
+            read_end, write_end = os.pipe()  # neither is inherited, except as pass_fds says
+            output = Path(scratch) / "output.txt"
+            try:
+                process = self._start_worker(devices, start, output, write_end)
+            except BaseException:
+                os.close(read_end)
+                raise
+            finally:
+                os.close(write_end)  # the worker holds its own copy
+            try:
+                return _Follow(self, devices, process, read_end, output).events(start)
+            finally:
+                _end_session(process, grace=0 if self._cancelled() else EXIT_GRACE)
+                os.close(read_end)
+
+    def _start_worker(
+        self, devices: int, start: int, output: Path, fd: int
+    ) -> subprocess.Popen[bytes]:
+        """Start a worker in a session of its own, limit it, then send it its request."""
+        request = {
+            "solution": self.spec,
+            "devices": devices,
+            "cases": [case.args for case in self.cases],
+            "start": start,
+            "fd": fd,
+            "trace": bool(self.problem.techniques),
+        }
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        with output.open("wb") as sink:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "shard_tutorial._check_worker"],
+                stdin=subprocess.PIPE,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                pass_fds=(fd,),
+                env=env,
+                start_new_session=True,  # its own process group: ended as a whole
+            )
+        assert process.stdin is not None
         try:
-            process = _start_worker(problem, spec, devices, start, Path(scratch), write_end)
+            # The worker waits for its request before it runs a line of the solution's,
+            # so these limits hold from the first line on.
+            resource.prlimit(process.pid, resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+            resource.prlimit(process.pid, resource.RLIMIT_FSIZE, (OUTPUT_LIMIT, OUTPUT_LIMIT))
+            process.stdin.write(pickle.dumps(request))
+            process.stdin.close()
+        except OSError:  # it died already: _Follow reports how
+            pass
         except BaseException:
-            os.close(read_end)
+            _end_session(process, grace=0)
             raise
-        finally:
-            os.close(write_end)  # the worker holds its own copy
-        try:
-            return _follow(problem, process, read_end, start, timeout, cancel, Path(scratch))
-        finally:
-            _stop(process, grace=0 if cancel.is_set() else EXIT_GRACE)
-            os.close(read_end)
+        return process
 
 
-def _start_worker(
-    problem: Problem, spec: dict[str, Any], devices: int, start: int, scratch: Path, fd: int
-) -> subprocess.Popen[bytes]:
-    """Start a worker that runs the cases from ``start`` on and reports on ``fd``."""
-    request = scratch / "request.pkl"
-    request.write_bytes(
-        pickle.dumps(
-            {
-                "problem": problem.name,
-                "solution": spec,
-                "devices": devices,
-                "start": start,
-                "fd": fd,
-            }
-        )
-    )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    with (scratch / "output.txt").open("wb") as sink:
-        return subprocess.Popen(
-            [sys.executable, "-m", "shard_tutorial._check_worker", str(request)],
-            stdin=subprocess.DEVNULL,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            pass_fds=(fd,),
-            env=env,
-        )
+class _Follow:
+    """Read one worker's reports until it is done, hangs, dies, or the check is cancelled."""
 
+    def __init__(
+        self,
+        check: _Check,
+        devices: int,
+        process: subprocess.Popen[bytes],
+        channel: int,
+        output: Path,
+    ) -> None:
+        self.check, self.devices, self.process = check, devices, process
+        self.channel, self.output = channel, output
+        self.outcome = _Outcome({})
+        self.phase = "starting"  # then "loading", then "running"
+        self.current: int | None = None  # the case running now
+        self.deadline = time.monotonic() + STARTUP_TIMEOUT
+        self.buffer = b""
+        self.done = False
 
-def _stop(process: subprocess.Popen[bytes], grace: float) -> None:
-    """Let ``process`` exit by itself within ``grace`` seconds, else kill it."""
-    try:
-        process.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+    def events(self, start: int) -> _Outcome:
+        self.current = start
+        os.set_blocking(self.channel, False)
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.channel, selectors.EVENT_READ)
+            while not self.done:
+                if self.check._cancelled():
+                    _end_session(self.process, grace=0)
+                    raise _Cancelled
+                if selector.select(_POLL) and not self._read():
+                    self._ended(_wait_exit(self.process, EXIT_GRACE))  # its pipe closed
+                    break
+                if self.done:
+                    break
+                status = _exit_status(self.process)
+                if status is not None:
+                    self._read()  # what it wrote before it ended
+                    if not self.done:
+                        self._ended(status)
+                    break
+                if time.monotonic() > self.deadline:
+                    self._hung()
+                    break
+        return self.outcome
 
+    def _read(self) -> bool:
+        """Take in what the worker wrote; False once the pipe is closed."""
+        while not self.done:
+            try:
+                chunk = os.read(self.channel, 1 << 20)
+            except BlockingIOError:
+                return True
+            if not chunk:
+                return False
+            self.buffer += chunk
+            self._frames()
+        return True
 
-def _follow(
-    problem: Problem,
-    process: subprocess.Popen[bytes],
-    channel: int,
-    start: int,
-    timeout: float,
-    cancel: threading.Event,
-    scratch: Path,
-) -> _Outcome:
-    """Read the worker's events until it is done, hangs, dies, or the check is cancelled."""
-    outcome = _Outcome({})
-    loaded = False
-    current: int | None = None  # the case running now, or next once the solution is loaded
-    deadline = time.monotonic() + STARTUP_TIMEOUT
-    buffer = b""
-
-    def last_output() -> str:
-        return (scratch / "output.txt").read_text(errors="replace")[-2000:].strip()
-
-    with selectors.DefaultSelector() as selector:
-        selector.register(channel, selectors.EVENT_READ)
-        while True:
-            if cancel.is_set():
-                process.kill()
-                raise _Cancelled
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                process.kill()
-                if not loaded:
-                    outcome.load_error = (
-                        f"loading the solution took more than {STARTUP_TIMEOUT:.0f} s; does "
-                        "the file run something slow or endless when it is imported?"
-                    )
-                elif current is not None:
-                    message = (
-                        f"stopped after {timeout:g} s: an endless loop, or a collective "
-                        "(such as psum) that some devices never reach?"
-                    )
-                    outcome.stopped = (current, "timeout", message)
-                return outcome
-            if not selector.select(min(remaining, _POLL)):
-                continue
-            chunk = os.read(channel, 65536)
-            if not chunk:  # the worker exited (or closed its end: it is stopped anyway)
-                _stop(process, grace=EXIT_GRACE)
-                if current is not None:
-                    tail = last_output()
-                    outcome.stopped = (
-                        current,
-                        "crash",
-                        f"the process running the solution died (exit status "
-                        f"{process.returncode}) during this case"
-                        + (f"; its last output:\n{tail}" if tail else ""),
-                    )
-                elif not loaded and outcome.load_error is None:
-                    outcome.load_error = f"the checking process failed to start:\n{last_output()}"
-                return outcome
-            buffer += chunk
-            *lines, buffer = buffer.split(b"\n")
-            for line in lines:
+    def _frames(self) -> None:
+        while not self.done and b"\n" in self.buffer:
+            line, rest = self.buffer.split(b"\n", 1)
+            try:
                 event = json.loads(line)
-                kind = event["event"]
-                if kind == "load_error":
-                    outcome.load_error = event["message"]
-                elif kind == "ready":
-                    loaded, current = True, start
-                    deadline = time.monotonic() + STARTUP_TIMEOUT
-                elif kind == "start":
-                    current = event["case"]
-                    deadline = time.monotonic() + timeout
-                elif kind == "result":
-                    index = event["case"]
-                    case = problem.cases[index]
-                    outcome.results[index] = CaseResult(
-                        case.label,
-                        problem.describe(case),
-                        event["status"],
-                        event["message"],
-                        event["seconds"],
-                    )
-                    current = index + 1 if index + 1 < len(problem.cases) else None
-                    deadline = time.monotonic() + STARTUP_TIMEOUT
-                elif kind == "done":
-                    return outcome
+                size = int(event.get("nbytes", 0))
+            except (ValueError, AttributeError, TypeError):
+                self._garbled()
+                return
+            if len(rest) < size:
+                return  # the values have not all arrived
+            self.buffer = rest[size:]
+            try:
+                self._event(event, rest[:size])
+            except (KeyError, TypeError, ValueError, IndexError):
+                self._garbled()
+
+    def _event(self, event: dict[str, Any], payload: bytes) -> None:
+        kind = event["event"]
+        now = time.monotonic()
+        if kind == "loading":
+            self.phase, self.deadline = "loading", now + LOAD_TIMEOUT
+        elif kind == "load_error":
+            self.outcome.load_error = str(event["message"])
+            self.done = True
+        elif kind == "ready":
+            self.check.origins.add(str(event["origin"]))
+            self.check.x64 |= event["x64"] is True
+            self.phase, self.deadline = "running", now + self.check.timeout
+        elif kind == "start":
+            self.current, self.deadline = int(event["case"]), now + self.check.timeout
+        elif kind in {"output", "raised"}:
+            index = int(event["case"])
+            if index != self.current:
+                raise ValueError(index)
+            if kind == "output":
+                status, message = _judge(self.check, index, event["output"], payload)
+                seconds = float(event["seconds"])
+            else:
+                status, message = "error", str(event["message"])
+                if event["memory"] is True:
+                    status, message = "memory", _memory_message(message)
+                seconds = 0.0
+            label, arguments = self.check.describe(index)
+            self.outcome.results[index] = CaseResult(label, arguments, status, message, seconds)
+            self.current = index + 1 if index + 1 < len(self.check.cases) else None
+            self.deadline = now + self.check.timeout
+        elif kind == "done":
+            self.done = True
+        else:
+            raise ValueError(kind)
+
+    def _garbled(self) -> None:
+        message = (
+            "the checker received something that is not a report on its channel from the "
+            "process running the solution: does the solution write to file descriptors it "
+            "did not open?"
+        )
+        self._stop_with("crash", message)
+
+    def _stop_with(self, status: str, message: str) -> None:
+        if self.phase != "running" or self.current is None:
+            self.outcome.load_error = self.outcome.load_error or message
+        else:
+            self.outcome.stopped = (self.current, status, message)
+        self.done = True
+
+    def _hung(self) -> None:
+        if self.phase == "starting":
+            message = f"JAX did not start within {STARTUP_TIMEOUT:.0f} s: is the machine busy?"
+        elif self.phase == "loading":
+            message = (
+                f"loading the solution took more than {LOAD_TIMEOUT:.0f} s; does the file "
+                "run something slow or endless when it is imported?"
+            )
+        else:
+            message = (
+                f"stopped after {self.check.timeout:g} s: an endless loop, a long sleep, or "
+                "a collective (such as psum) that some devices never reach?"
+            )
+        self._stop_with("timeout", message)
+
+    def _ended(self, status: int | None) -> None:
+        """The worker ended (exit ``status``, negative for a signal) before it was done."""
+        tail = _tail(self.output)
+        how = _how_it_ended(status)
+        if self.phase == "starting":
+            message = f"the checking process failed to start ({how})"
+            self._stop_with("crash", message + (f"; its last output:\n{tail}" if tail else ""))
+            return
+        if self.phase == "loading":
+            if any(sign in tail for sign in MEMORY_SIGNS):
+                self._stop_with("memory", _memory_message("while the file was loaded"))
+                return
+            message = (
+                f"the process ended while your file was being loaded ({how}): does the "
+                "file call os._exit(), exit() or os.abort() at its top level?"
+            )
+            self._stop_with("crash", message + (f"\nIts last output:\n{tail}" if tail else ""))
+            return
+        if self.current is None:  # every case had its answer; only the goodbye is missing
+            self.done = True
+            return
+        if status in {-signal.SIGABRT, 134} and "may be stuck" in tail:
+            self._stop_with(
+                "timeout",
+                "a collective that not every device reached: XLA stopped the process after "
+                "waiting for the devices that never called it (a psum inside an if, or a "
+                "different number of collectives per device?)",
+            )
+        elif any(sign in tail for sign in MEMORY_SIGNS):
+            self._stop_with("memory", _memory_message(tail.splitlines()[-1]))
+        else:
+            message = (
+                f"the process running the solution ended ({how}) during this case"
+                + (": does the solution call os._exit()?" if status == 0 else "")
+                + (f"; its last output:\n{tail}" if tail else "")
+            )
+            self._stop_with("crash", message)
 
 
 class _Cancelled(Exception):
     """The check was interrupted (Ctrl-C): its workers are killed, nothing is reported."""
+
+
+def _judge(check: _Check, index: int, output: dict[str, Any], payload: bytes) -> tuple[str, str]:
+    """The verdict on what a solution returned for case ``index``: status and message."""
+    problem, case = check.problem, check.cases[index]
+    kind = output["kind"]
+    if kind not in {"jax.Array", "numpy"}:
+        return "fail", _not_an_array(output)
+    received = _array(output, payload)
+    diagnosis = problem.diagnose(case, received)
+    if diagnosis is not None:
+        return "fail", diagnosis
+    if kind == "numpy":
+        return "fail", (
+            "right values, but a NumPy array, not a jax.Array: the answer was brought to "
+            "the host; return the array JAX computed, still on its devices"
+        )
+    primitives = output.get("primitives")
+    for technique in problem.techniques:
+        if not isinstance(primitives, list):
+            return "technique", (
+                "right values, but the checker could not trace the solution "
+                f"(jax.make_jaxpr) to see how it computes them: {output.get('trace_error')}"
+            )
+        if not technique.shown_by(primitives):
+            return "technique", technique.missing
+    if problem.placement is not None:
+        wrong = problem.placement.diagnose(
+            tuple(output["shape"]), tuple(output["split"]), int(output["devices"])
+        )
+        if wrong is not None:
+            return "placement", wrong
+    return "pass", ""
+
+
+def _array(output: dict[str, Any], payload: bytes) -> np.ndarray:
+    """The values a worker sent, as a read-only NumPy array (never unpickled)."""
+    name = str(output["dtype"])
+    try:
+        dtype = np.dtype(name)
+    except TypeError:
+        import ml_dtypes  # noqa: PLC0415 (bfloat16 and friends, installed with JAX)
+
+        dtype = np.dtype(getattr(ml_dtypes, name))
+    if dtype.kind in "OSUMm" or dtype.names is not None:  # numbers only
+        raise ValueError(name)
+    shape = tuple(int(n) for n in output["shape"])
+    if len(payload) != math.prod(shape) * dtype.itemsize:
+        raise ValueError(shape)
+    return np.frombuffer(payload, dtype).reshape(shape)
+
+
+def _not_an_array(output: dict[str, Any]) -> str:
+    """What to say when a solution returned something other than an array."""
+    kind, shown = str(output["kind"]), output.get("repr", "")
+    if kind == "NoneType":
+        return "returned None, not an array: is a return statement missing?"
+    if kind in {"list", "tuple"}:
+        length = output.get("length")
+        return (
+            f"returned a {kind} of {length} item{'' if length == 1 else 's'}, not an array: "
+            "put them in one "
+            "array (jnp.stack or jnp.asarray) and return that"
+        )
+    if kind == "str":
+        return f"returned a str ({shown}), not an array of numbers"
+    if kind in {"int", "float", "complex", "bool"}:
+        return (
+            f"returned a Python {kind} ({shown}), not an array: return the jax.Array the "
+            "computation gives (a 0-d array for a single number)"
+        )
+    if kind == "generator":
+        return "returned a generator, not an array: is there a yield where a return should be?"
+    if kind.startswith("array of"):
+        return f"returned an {kind}, not an array of numbers"
+    return f"returned a {kind}, not an array" + (
+        f" (reading it raised: {output['problem']})" if "problem" in output else ""
+    )
+
+
+def _values_right(run: DeviceRun) -> bool:
+    """Whether every case of ``run`` gave the right values (its technique aside)."""
+    right = {"pass", "technique", "placement"}
+    return run.load_error is None and all(r.status in right for r in run.results)
+
+
+def _memory_message(detail: str) -> str:
+    return (
+        f"used more than {MEMORY_LIMIT / 2**30:g} GiB of memory, the checker's limit: does "
+        f"the solution build something that grows without end? ({detail.strip()[:300]})"
+    )
+
+
+def _exit_status(process: subprocess.Popen[bytes]) -> int | None:
+    """The worker's exit status (negative: killed by that signal) if it ended, else None.
+
+    The worker is not reaped, so its process group cannot be reused before it is ended.
+    """
+    if process.returncode is not None:
+        return process.returncode
+    try:
+        info = os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return process.poll()
+    if info is None or info.si_pid == 0:
+        return None
+    return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+
+
+def _wait_exit(process: subprocess.Popen[bytes], grace: float) -> int | None:
+    """The worker's exit status once it ended, waiting at most ``grace`` seconds."""
+    deadline = time.monotonic() + grace
+    while (status := _exit_status(process)) is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return status
+
+
+def _end_session(process: subprocess.Popen[bytes], grace: float) -> None:
+    """Let the worker exit within ``grace`` seconds, then kill its whole process group."""
+    _wait_exit(process, grace)
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is gone
+        os.killpg(process.pid, signal.SIGKILL)  # the worker and all it started
+    process.wait()
+
+
+def _how_it_ended(status: int | None) -> str:
+    if status is None:
+        return "it closed its channel to the checker"
+    if status < 0:
+        try:
+            name = signal.Signals(-status).name
+        except ValueError:
+            name = f"signal {-status}"
+        return f"killed by {name}"
+    return f"exit status {status}"
+
+
+def _tail(path: Path, size: int = 2000) -> str:
+    """The end of what the worker printed (it may have printed a lot)."""
+    with path.open("rb") as file:
+        file.seek(max(0, path.stat().st_size - size))
+        return file.read().decode(errors="replace").strip()
 
 
 def _cases(results: list[CaseResult]) -> str:

@@ -11,15 +11,25 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["Case", "Problem", "first_block_only", "precise"]
+__all__ = [
+    "COLLECTIVE",
+    "SHARD_MAP",
+    "Case",
+    "Placement",
+    "Problem",
+    "Technique",
+    "first_block_only",
+    "precise",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +61,122 @@ class Case:
 
 
 @dataclasses.dataclass(frozen=True)
+class Technique:
+    """What a solution's traced program must contain to practise what its problem teaches.
+
+    The checker traces the solution (:func:`jax.make_jaxpr`, into every nested
+    program) and lists the primitives it finds; a solution with right values but
+    none of :attr:`primitives` gets :attr:`missing` as its verdict.
+
+    Attributes:
+      primitives: names of JAX primitives, any one of which shows the technique.
+      missing: the verdict's sentence when none of them appears.
+
+    Examples:
+      >>> from shard_tutorial.problem import SHARD_MAP
+      >>> SHARD_MAP.shown_by({"shard_map", "mul"}), SHARD_MAP.shown_by({"mul"})
+      (True, False)
+    """
+
+    primitives: frozenset[str]
+    missing: str
+
+    def shown_by(self, primitives: Iterable[str]) -> bool:
+        """Whether a program with these primitives uses the technique."""
+        return not self.primitives.isdisjoint(primitives)
+
+
+SHARD_MAP = Technique(
+    frozenset({"shard_map"}),
+    "right values, but no shard_map: the answer is computed without splitting the work "
+    "over the devices, which is what this problem practises",
+)
+"""The solution must run its work through :func:`jax.shard_map`."""
+
+COLLECTIVE = Technique(
+    frozenset(
+        {
+            "psum",
+            "psum2",
+            "psum_invariant",
+            "pmax",
+            "pmin",
+            "all_gather",
+            "all_gather_invariant",
+            "ppermute",
+            "pshuffle",
+            "psum_scatter",
+            "reduce_scatter",
+            "all_to_all",
+            "ragged_all_to_all",
+        }
+    ),
+    "right values, but no cross-device collective where this problem needs one: the "
+    "devices' partial results must be combined with one (such as jax.lax.psum) inside "
+    "shard_map",
+)
+"""The solution must combine the devices' blocks with a collective (``psum``, ...)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """How a problem's output must be laid out over the devices.
+
+    Judged from the output's own sharding (which axis is split, over how many
+    devices), only once its values are right, and never for an empty output or
+    on one device.
+
+    Attributes:
+      axis: the output axis split over the devices, or None: every device
+        holds the whole output (replicated, ``out_specs=P()``).
+
+    Examples:
+      >>> from shard_tutorial.problem import Placement
+      >>> print(Placement(axis=0).diagnose(shape=(16,), split=(1,), devices=8))
+      right values, but every device holds the whole result: out_specs=P() where P("data") was asked for (axis 0 split over the devices)
+      >>> Placement(axis=0).diagnose(shape=(16,), split=(8,), devices=8) is None
+      True
+    """
+
+    axis: int | None
+
+    def diagnose(self, shape: Sequence[int], split: Sequence[int], devices: int) -> str | None:
+        """What is wrong with an output's layout; None if it is as asked.
+
+        Args:
+          shape: the output's shape.
+          split: for each axis of the output, how many blocks it is cut into.
+          devices: how many devices hold a part of the output.
+
+        Returns:
+          None if the layout is right (or cannot be judged), else one sentence.
+        """
+        if devices <= 1 or math.prod(shape) == 0:
+            return None
+        split_axes = [i for i, n in enumerate(split) if n > 1]
+        if self.axis is None:
+            if not split_axes:
+                return None
+            return (
+                f"right values, but the result is split over the devices along axis "
+                f"{split_axes[0]} where every device should hold all of it (out_specs=P())"
+            )
+        if self.axis >= len(shape) or shape[self.axis] <= 1:
+            return None
+        if split_axes == [self.axis]:
+            return None
+        if not split_axes:
+            return (
+                "right values, but every device holds the whole result: out_specs=P() where "
+                f'P("data") was asked for (axis {self.axis} split over the devices)'
+            )
+        return (
+            f"right values, but the result is split along axis {split_axes[0]} where axis "
+            f"{self.axis} should be split over the devices"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
 class Problem:
     """A practice problem: the function to write, how to check it, and on what.
 
@@ -70,6 +196,12 @@ class Problem:
         answer looks like, or None. Called when the shape or the values differ,
         never for a dtype difference (that diagnosis stands alone).
       imports: the import lines a solution's file starts with (see :meth:`starter`).
+      generate: makes one fresh random case within the problem's contract from a
+        NumPy generator; the checker adds a few to every check (see its ``seed``).
+      techniques: what the solution's traced program must contain (see
+        :class:`Technique`), judged once its values are right.
+      placement: how the output must be laid out over the devices, judged once
+        its values are right; None: any layout.
       folder: the folder of the documentation its page is in: ``"problems"``
         (Part I) or ``"collectives"`` (Part II, communication between devices).
     """
@@ -90,6 +222,11 @@ class Problem:
         "from jax.sharding import NamedSharding",
         "from jax.sharding import PartitionSpec as P",
     )
+    generate: Callable[[np.random.Generator], Case] | None = dataclasses.field(
+        default=None, repr=False
+    )
+    techniques: tuple[Technique, ...] = ()
+    placement: Placement | None = None
     folder: str = "problems"
 
     @functools.cached_property

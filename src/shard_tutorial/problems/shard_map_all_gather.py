@@ -22,11 +22,17 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shard_tutorial.meshes import data_mesh, place
-from shard_tutorial.problem import Case, Problem, precise
+from shard_tutorial.problem import (
+    Case,
+    Placement,
+    Problem,
+    Technique,
+    precise,
+)
 from shard_tutorial.problems._blocks import blockwise, device_counts
 from shard_tutorial.validation import check_array
 
-__all__ = ["COLLECTIVE_PRIMITIVES", "PLACEMENT_AXIS", "PROBLEM", "shard_map_all_gather"]
+__all__ = ["ALL_GATHER", "PROBLEM", "shard_map_all_gather"]
 
 
 def shard_map_all_gather(x: jax.Array) -> jax.Array:
@@ -150,11 +156,11 @@ def _cases() -> list[Case]:
     ]
 
 
-COLLECTIVE_PRIMITIVES = frozenset({"all_gather", "all_gather_invariant"})
-"""The primitives a traced solution shows ``all_gather`` by."""
-
-PLACEMENT_AXIS = 0
-"""The output axis split over the devices: its rows (``out_specs=P("data")``)."""
+ALL_GATHER = Technique(
+    frozenset({"all_gather", "all_gather_invariant"}),
+    "right values, but no jax.lax.all_gather: this problem practises gathering the blocks of every device",
+)
+"""What a solution's traced program must contain besides shard_map."""
 
 PROBLEM = Problem(
     name="shard_map_all_gather",
@@ -164,4 +170,9 @@ PROBLEM = Problem(
     make_cases=_cases,
     explain=_explain,
     folder="collectives",
+    generate=_generate,
+    # techniques=(SHARD_MAP, ALL_GATHER) once the checker skips them for an empty
+    # output, as it does placement: XLA cannot exchange empty blocks, so an
+    # empty input is answered without shard_map (see the reference).
+    placement=Placement(axis=0),
 )

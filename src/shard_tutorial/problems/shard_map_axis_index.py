@@ -23,11 +23,19 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shard_tutorial.meshes import data_mesh, place
-from shard_tutorial.problem import Case, Problem, precise
+from shard_tutorial.problem import (
+    COLLECTIVE,
+    SHARD_MAP,
+    Case,
+    Placement,
+    Problem,
+    Technique,
+    precise,
+)
 from shard_tutorial.problems._blocks import blockwise, device_counts
 from shard_tutorial.validation import check_array
 
-__all__ = ["COLLECTIVE_PRIMITIVES", "PLACEMENT_AXIS", "PROBLEM", "shard_map_axis_index"]
+__all__ = ["AXIS_INDEX", "PROBLEM", "shard_map_axis_index"]
 
 
 def shard_map_axis_index(x: jax.Array) -> jax.Array:
@@ -126,11 +134,11 @@ def _cases() -> list[Case]:
     ]
 
 
-COLLECTIVE_PRIMITIVES = frozenset({"axis_index"})
-"""The primitive a traced solution shows ``axis_index`` by (with any collective besides)."""
-
-PLACEMENT_AXIS = 0
-"""The output axis split over the devices (``out_specs=P("data")``)."""
+AXIS_INDEX = Technique(
+    frozenset({"axis_index"}),
+    "right values, but no jax.lax.axis_index: this problem practises finding each device's position along the mesh axis",
+)
+"""What a solution's traced program must contain besides shard_map."""
 
 PROBLEM = Problem(
     name="shard_map_axis_index",
@@ -141,4 +149,7 @@ PROBLEM = Problem(
     atol=1e-3,  # float32 running sums of up to 1024 values, added in another order
     explain=_explain,
     folder="collectives",
+    generate=_generate,
+    techniques=(SHARD_MAP, AXIS_INDEX, COLLECTIVE),
+    placement=Placement(axis=0),
 )

@@ -21,11 +21,18 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shard_tutorial.meshes import data_mesh, place
-from shard_tutorial.problem import Case, Problem, precise
+from shard_tutorial.problem import (
+    SHARD_MAP,
+    Case,
+    Placement,
+    Problem,
+    Technique,
+    precise,
+)
 from shard_tutorial.problems._blocks import blockwise, device_counts
 from shard_tutorial.validation import check_array
 
-__all__ = ["COLLECTIVE_PRIMITIVES", "PLACEMENT_AXIS", "PROBLEM", "shard_map_pmean"]
+__all__ = ["PMEAN", "PROBLEM", "shard_map_pmean"]
 
 
 def shard_map_pmean(x: jax.Array) -> jax.Array:
@@ -134,11 +141,11 @@ def _cases() -> list[Case]:
     ]
 
 
-COLLECTIVE_PRIMITIVES = frozenset({"psum", "psum2", "psum_invariant", "pmean"})
-"""The primitives a traced solution shows ``pmean`` by (it traces as a ``psum``)."""
-
-PLACEMENT_AXIS = 0
-"""The output axis split over the devices (``out_specs=P("data")``)."""
+PMEAN = Technique(
+    frozenset({"psum", "psum2", "psum_invariant", "pmean"}),
+    "right values, but no jax.lax.pmean (nor psum): this problem practises averaging over the devices with a collective",
+)
+"""What a solution's traced program must contain besides shard_map."""
 
 PROBLEM = Problem(
     name="shard_map_pmean",
@@ -149,4 +156,7 @@ PROBLEM = Problem(
     atol=1e-4,  # a float32 mean of up to 1024 values, summed in another order than NumPy's
     explain=_explain,
     folder="collectives",
+    generate=_generate,
+    techniques=(SHARD_MAP, PMEAN),
+    placement=Placement(axis=0),
 )

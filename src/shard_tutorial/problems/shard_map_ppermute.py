@@ -21,11 +21,18 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shard_tutorial.meshes import data_mesh, place
-from shard_tutorial.problem import Case, Problem, precise
+from shard_tutorial.problem import (
+    SHARD_MAP,
+    Case,
+    Placement,
+    Problem,
+    Technique,
+    precise,
+)
 from shard_tutorial.problems._blocks import blockwise, device_counts
 from shard_tutorial.validation import check_array
 
-__all__ = ["COLLECTIVE_PRIMITIVES", "PLACEMENT_AXIS", "PROBLEM", "shard_map_ppermute"]
+__all__ = ["PPERMUTE", "PROBLEM", "shard_map_ppermute"]
 
 
 def shard_map_ppermute(x: jax.Array) -> jax.Array:
@@ -159,11 +166,11 @@ def _cases() -> list[Case]:
     ]
 
 
-COLLECTIVE_PRIMITIVES = frozenset({"ppermute"})
-"""The primitives a traced solution shows ``ppermute`` by."""
-
-PLACEMENT_AXIS = 0
-"""The output axis split over the devices (``out_specs=P("data")``)."""
+PPERMUTE = Technique(
+    frozenset({"ppermute"}),
+    "right values, but no jax.lax.ppermute: this problem practises fetching the neighbours' edge elements from their devices",
+)
+"""What a solution's traced program must contain besides shard_map."""
 
 PROBLEM = Problem(
     name="shard_map_ppermute",
@@ -173,4 +180,7 @@ PROBLEM = Problem(
     make_cases=_cases,
     explain=_explain,
     folder="collectives",
+    generate=_generate,
+    techniques=(SHARD_MAP, PPERMUTE),
+    placement=Placement(axis=0),
 )

@@ -19,9 +19,9 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shard_tutorial.validation import check_array
 from shard_tutorial.meshes import data_mesh, place
 from shard_tutorial.problem import Case, Problem, precise
+from shard_tutorial.validation import check_array
 
 __all__ = ["PROBLEM", "shard_map_psum"]
 
@@ -127,3 +127,21 @@ PROBLEM = Problem(
     atol=1e-4,  # a float32 sum of 1024 values, added in a different order than NumPy's
     explain=_explain,
 )
+
+
+# For the checker: fresh random cases within the contract, and the technique practised.
+import dataclasses
+
+from shard_tutorial.problem import COLLECTIVE, SHARD_MAP
+
+
+def _generate(rng: np.random.Generator) -> Case:
+    n = int(rng.integers(0, 300))
+    if rng.random() < 0.25:
+        x = rng.integers(-1000, 1000, size=n).astype(np.int32)
+    else:
+        x = rng.normal(scale=float(rng.choice([0.1, 1.0, 100.0])), size=n).astype(np.float32)
+    return Case(f"random: length {n}, {x.dtype}", (x,))
+
+
+PROBLEM = dataclasses.replace(PROBLEM, generate=_generate, techniques=(SHARD_MAP, COLLECTIVE))

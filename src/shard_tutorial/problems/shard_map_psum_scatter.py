@@ -22,11 +22,18 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shard_tutorial.meshes import data_mesh, place
-from shard_tutorial.problem import Case, Problem, precise
+from shard_tutorial.problem import (
+    SHARD_MAP,
+    Case,
+    Placement,
+    Problem,
+    Technique,
+    precise,
+)
 from shard_tutorial.problems._blocks import device_counts
 from shard_tutorial.validation import check_array
 
-__all__ = ["COLLECTIVE_PRIMITIVES", "PLACEMENT_AXIS", "PROBLEM", "shard_map_psum_scatter"]
+__all__ = ["PROBLEM", "PSUM_SCATTER", "shard_map_psum_scatter"]
 
 
 def shard_map_psum_scatter(x: jax.Array) -> jax.Array:
@@ -145,11 +152,11 @@ def _cases() -> list[Case]:
     ]
 
 
-COLLECTIVE_PRIMITIVES = frozenset({"reduce_scatter", "psum_scatter"})
-"""The primitives a traced solution shows ``psum_scatter`` by."""
-
-PLACEMENT_AXIS = 0
-"""The output axis split over the devices (``out_specs=P("data")``)."""
+PSUM_SCATTER = Technique(
+    frozenset({"reduce_scatter", "psum_scatter"}),
+    "right values, but no jax.lax.psum_scatter: this problem practises adding the devices' partial sums while leaving the total split",
+)
+"""What a solution's traced program must contain besides shard_map."""
 
 PROBLEM = Problem(
     name="shard_map_psum_scatter",
@@ -160,4 +167,7 @@ PROBLEM = Problem(
     atol=1e-4,  # float32 sums of up to 256 values, added in another order than NumPy's
     explain=_explain,
     folder="collectives",
+    generate=_generate,
+    techniques=(SHARD_MAP, PSUM_SCATTER),
+    placement=Placement(axis=0),
 )

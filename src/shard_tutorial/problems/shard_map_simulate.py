@@ -21,9 +21,9 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shard_tutorial.validation import check_array, require_whole_number
 from shard_tutorial.meshes import data_mesh, place
 from shard_tutorial.problem import Case, Problem, precise
+from shard_tutorial.validation import check_array, require_whole_number
 
 __all__ = ["PROBLEM", "data_parallel_forward", "shard_map_simulate"]
 
@@ -236,3 +236,20 @@ PROBLEM = Problem(
         "from jax.sharding import PartitionSpec as P",
     ),
 )
+
+
+# For the checker: fresh random cases within the contract. The problem teaches slicing
+# by hand on one device, so it asks for no shard_map (no techniques).
+import dataclasses
+
+
+def _generate(rng: np.random.Generator) -> Case:
+    shards, chunk = int(rng.integers(1, 9)), int(rng.integers(1, 5))
+    in_dim, features = int(rng.integers(1, 9)), int(rng.integers(1, 6))
+    x = rng.normal(size=(shards * chunk, in_dim)).astype(np.float32)
+    seed = float(rng.integers(0, 2**31))
+    label = f"random: {shards} shards of {chunk} rows, {in_dim} -> {features} features"
+    return Case(label, (seed, x, float(shards), float(features)))
+
+
+PROBLEM = dataclasses.replace(PROBLEM, generate=_generate)

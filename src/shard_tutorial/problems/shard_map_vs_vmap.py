@@ -18,9 +18,9 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shard_tutorial.validation import check_array
 from shard_tutorial.meshes import data_mesh, place
 from shard_tutorial.problem import Case, Problem, first_block_only, precise
+from shard_tutorial.validation import check_array
 
 __all__ = ["PROBLEM", "shard_map_vs_vmap"]
 
@@ -130,3 +130,21 @@ PROBLEM = Problem(
     make_cases=_cases,
     explain=_explain,
 )
+
+
+# For the checker: fresh random cases within the contract, and the technique practised.
+import dataclasses
+
+from shard_tutorial.problem import SHARD_MAP
+
+
+def _generate(rng: np.random.Generator) -> Case:
+    rows, columns = int(rng.integers(0, 40)), int(rng.integers(0, 20))
+    if rng.random() < 0.25:
+        x = rng.integers(-100, 100, size=(rows, columns)).astype(np.int32)
+    else:
+        x = rng.normal(size=(rows, columns)).astype(np.float32)
+    return Case(f"random: {rows} rows of {columns}, {x.dtype}", (x,))
+
+
+PROBLEM = dataclasses.replace(PROBLEM, generate=_generate, techniques=(SHARD_MAP,))

@@ -1,0 +1,107 @@
+"""The checker's two halves in this process: what a worker sends, and how the judge reads it.
+
+These run at this process' device count (1 or 8), so the layouts and traced programs
+they look at are the ones the workers see.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from shard_tutorial import data_mesh, place, usable_device_count
+from shard_tutorial._check_worker import describe_exception, describe_output, primitives_of
+from shard_tutorial.checker import _array, _not_an_array
+from shard_tutorial.problem import COLLECTIVE, SHARD_MAP, Placement
+from shard_tutorial.problems import PROBLEMS
+
+
+@pytest.mark.parametrize("name", list(PROBLEMS))
+def test_each_reference_shows_the_technique_its_problem_asks_for(name):
+    problem = PROBLEMS[name]
+    for case in problem.cases[:4]:
+        primitives = primitives_of(problem.reference, case.jax_args())
+        for technique in problem.techniques:
+            assert technique.shown_by(primitives), (case.label, primitives)
+
+
+def test_unsharded_code_shows_neither_shard_map_nor_a_collective():
+    import jax.numpy as jnp  # noqa: PLC0415
+
+    primitives = primitives_of(jnp.sum, (jnp.arange(16.0),))
+    assert not SHARD_MAP.shown_by(primitives)
+    assert not COLLECTIVE.shown_by(primitives)
+
+
+def test_an_outputs_layout_is_sent_as_which_axis_is_split_over_how_many_devices(device_count):
+    x = np.arange(48, dtype=np.float32).reshape(12, 4)
+    mesh = data_mesh(12)
+    header, payload = describe_output(place(x, NamedSharding(mesh, P("data"))))
+    assert header["split"] == [usable_device_count(12, device_count), 1]
+    assert header["devices"] == usable_device_count(12, device_count)
+    assert np.array_equal(_array(header, payload), x)
+    header, _ = describe_output(place(x, NamedSharding(mesh, P())))
+    assert header["split"] == [1, 1]
+    assert header["devices"] == usable_device_count(12, device_count)
+
+
+@pytest.mark.parametrize(
+    ("placement", "shape", "split", "devices", "message"),
+    [
+        (Placement(0), (16,), (8,), 8, None),
+        (Placement(0), (16,), (1,), 8, "every device holds the whole result: out_specs=P()"),
+        (Placement(0), (16,), (1,), 1, None),  # one device: no layout to judge
+        (Placement(0), (0,), (1,), 8, None),  # empty: no layout either
+        (Placement(0), (1,), (1,), 8, None),  # one element cannot be split
+        (Placement(0), (4, 8), (1, 4), 4, "split along axis 1 where axis 0 should be"),
+        (Placement(None), (), (), 8, None),
+        (Placement(None), (8, 2), (8, 1), 8, "where every device should hold all of it"),
+    ],
+)
+def test_the_layout_is_judged_from_the_outputs_own_split(placement, shape, split, devices, message):
+    verdict = placement.diagnose(shape, split, devices)
+    if message is None:
+        assert verdict is None
+    else:
+        assert message in verdict
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (None, "returned None, not an array: is a return statement missing?"),
+        ([1, 2], "returned a list of 2 items, not an array"),
+        ((1,), "returned a tuple of 1 item,, not an array"),
+        ("abc", "returned a str ('abc'), not an array of numbers"),
+        (2.5, "returned a Python float (2.5), not an array"),
+        ((i for i in ()), "returned a generator, not an array"),
+        (np.array(["a"]), "returned an array of <U1, not an array of numbers"),
+        (object(), "returned a object, not an array"),
+    ],
+)
+def test_what_is_not_an_array_is_named(value, message):
+    header, payload = describe_output(value)
+    assert payload == b""
+    assert _not_an_array(header) == message or message in _not_an_array(header)
+
+
+def test_values_are_read_as_numbers_only_never_unpickled():
+    with pytest.raises(ValueError, match="O"):
+        _array({"dtype": "O", "shape": [1]}, b"\0" * 8)
+    with pytest.raises(ValueError, match=r"\(3,\)"):
+        _array({"dtype": "float32", "shape": [3]}, b"\0" * 8)  # 2 values, not 3
+    values = _array({"dtype": "bfloat16", "shape": [2]}, b"\x80\x3f\x00\x40")
+    assert values.tolist() == [1.0, 2.0]
+
+
+def test_endless_recursion_is_reported_in_a_few_lines():
+    def again(n):
+        return again(n + 1)
+
+    with pytest.raises(RecursionError) as error:
+        again(0)
+    message = describe_exception(error.value)
+    assert "Endless recursion" in message
+    assert len(message.splitlines()) < 40
