@@ -6,6 +6,7 @@ import importlib
 import inspect
 import subprocess
 import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -23,7 +24,9 @@ def test_each_problem_is_named_after_its_function_and_module(name):
     assert problem.name == name == problem.reference.__name__
     assert problem.reference.__module__ == f"shard_tutorial.problems.{name}"
     assert getattr(shard_tutorial, name) is problem.reference
-    assert problem.page == "problems/" + name.replace("_", "-")
+    assert problem.folder in ("problems", "collectives")  # Part I, Part II
+    assert problem.page == f"{problem.folder}/" + name.replace("_", "-")
+    assert (Path(__file__).parents[1] / "docs" / f"{problem.page}.md").is_file()
 
 
 @pytest.mark.parametrize("name", list(PROBLEMS))
@@ -179,7 +182,15 @@ def test_the_registry_lists_every_problem_in_reading_order_and_loads_on_demand()
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     order = ["shard_map_double", "shard_map_vs_vmap", "shard_map_psum", "shard_map_simulate"]
+    order += [  # Part II, communication between devices
+        "shard_map_pmean",
+        "shard_map_all_gather",
+        "shard_map_ppermute",
+        "shard_map_psum_scatter",
+        "shard_map_all_to_all",
+        "shard_map_axis_index",
+    ]
     assert out.stdout.strip() == f"{order} [] ['shard_tutorial.problems.shard_map_psum']"
-    assert len(PROBLEMS) == 4
+    assert len(PROBLEMS) == 10
     with pytest.raises(KeyError):
         PROBLEMS["nope"]

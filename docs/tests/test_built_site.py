@@ -19,7 +19,14 @@ from shard_tutorial import PROBLEMS
 
 SITE = Path(__file__).parents[1] / "_build" / "html"
 PROBLEM_PAGES = [problem.page for problem in PROBLEMS.values()]
-NOTEBOOK_PAGES = ["index", "tutorial", "migrating", "beyond-one-process", *PROBLEM_PAGES]
+NOTEBOOK_PAGES = [
+    "index",
+    "tutorial",
+    "collectives/glance",
+    "beyond-one-process",
+    "migrating",
+    *PROBLEM_PAGES,
+]
 
 
 def page(name: str) -> BeautifulSoup:
@@ -336,3 +343,53 @@ def test_beyond_one_process_shows_each_process_of_a_real_cluster():
     assert "[0]   cpu:0 slice(0, 4, None) [0. 1. 2. 3.]" in text  # process 0's own rows
     assert "[1]   cpu:0" not in text  # process 1 holds none of them
     assert text.count("only process 0 says: 8 devices in all") == 1
+
+
+# -- Part II: "Collectives at a glance" ----------------------------------------------------
+GLANCE = "collectives/glance"
+COLLECTIVES = [
+    "psum",
+    "pmean",
+    "all_gather",
+    "psum_scatter",
+    "ppermute",
+    "all_to_all",
+    "axis_index",
+]
+
+
+def test_the_glance_page_prints_what_each_device_holds():
+    text = outputs(GLANCE)
+    assert "device 7: [28]" in text  # psum of 0..7, on every device
+    assert "device 0: [3.5]" in text  # pmean
+    assert "device 5: [0 1 2 3 4 5 6 7]" in text  # all_gather, tiled
+    assert "device 0: [7]" in text  # ppermute round the ring: device 7's value
+    assert "device 1: [ 1 11 21 31 41 51 61 71]" in text  # all_to_all: column 1
+    assert "device 6: [6]" in text  # axis_index
+
+
+def test_the_glance_page_draws_every_collective_with_a_text_alternative():
+    pictures = page(GLANCE).select("div.cell_output img.collective-diagram")
+    assert [img["alt"].split(".")[0] for img in pictures] == COLLECTIVES
+    for img in pictures:
+        assert img["src"].startswith("data:image/svg+xml;base64,")
+        assert "Before, " in img["alt"]
+        assert "After, " in img["alt"]
+    assert "every one of the 8 devices holds 28" in pictures[0]["alt"]
+
+
+def test_the_glance_page_names_each_collectives_call_and_its_source():
+    soup = page(GLANCE)
+    code = " ".join(pre.get_text() for pre in soup.select("div.highlight-python pre"))
+    for name in COLLECTIVES:
+        assert f"jax.lax.{name}(" in code
+        assert soup.select_one(f'a[href$="jax.lax.{name}.html"]') is not None
+
+
+@pytest.mark.parametrize("name", [p.page for p in PROBLEMS.values() if p.folder == "collectives"])
+def test_each_collective_page_shows_its_communication_and_its_sources(name):
+    soup = page(name)
+    section = soup.find(id="the-solution-on-8-devices").get_text()
+    ops = ("all-reduce(", "all-gather(", "collective-permute(", "reduce-scatter(", "all-to-all(")
+    assert any(op in section for op in ops)
+    assert soup.find(id="sources").select('a[href^="https://docs.jax.dev/"]')

@@ -12,8 +12,10 @@ can depend on which module.)
 
 Examples:
   >>> import shard_tutorial
-  >>> sorted(shard_tutorial.PROBLEMS)
-  ['shard_map_double', 'shard_map_psum', 'shard_map_simulate', 'shard_map_vs_vmap']
+  >>> list(shard_tutorial.PROBLEMS)
+  ['shard_map_double', 'shard_map_vs_vmap', 'shard_map_psum', 'shard_map_simulate',
+   'shard_map_pmean', 'shard_map_all_gather', 'shard_map_ppermute',
+   'shard_map_psum_scatter', 'shard_map_all_to_all', 'shard_map_axis_index']
 """
 
 from __future__ import annotations
@@ -41,6 +43,13 @@ _LAZY = {
     "shard_map_vs_vmap": "shard_tutorial.problems.shard_map_vs_vmap",
     "usable_device_count": "shard_tutorial.meshes",
     "use_cpu_devices": "shard_tutorial.devices",
+    # Part II, communication between devices:
+    "shard_map_pmean": "shard_tutorial.problems.shard_map_pmean",
+    "shard_map_all_gather": "shard_tutorial.problems.shard_map_all_gather",
+    "shard_map_ppermute": "shard_tutorial.problems.shard_map_ppermute",
+    "shard_map_psum_scatter": "shard_tutorial.problems.shard_map_psum_scatter",
+    "shard_map_all_to_all": "shard_tutorial.problems.shard_map_all_to_all",
+    "shard_map_axis_index": "shard_tutorial.problems.shard_map_axis_index",
 }
 
 __all__ = [
@@ -54,8 +63,14 @@ __all__ = [
     "join_cluster",
     "launch",
     "place",
+    "shard_map_all_gather",
+    "shard_map_all_to_all",
+    "shard_map_axis_index",
     "shard_map_double",
+    "shard_map_pmean",
+    "shard_map_ppermute",
     "shard_map_psum",
+    "shard_map_psum_scatter",
     "shard_map_simulate",
     "shard_map_vs_vmap",
     "usable_device_count",
@@ -88,8 +103,14 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         usable_device_count,
     )
     from shard_tutorial.problems import PROBLEMS, get_problem
+    from shard_tutorial.problems.shard_map_all_gather import shard_map_all_gather
+    from shard_tutorial.problems.shard_map_all_to_all import shard_map_all_to_all
+    from shard_tutorial.problems.shard_map_axis_index import shard_map_axis_index
     from shard_tutorial.problems.shard_map_double import shard_map_double
+    from shard_tutorial.problems.shard_map_pmean import shard_map_pmean
+    from shard_tutorial.problems.shard_map_ppermute import shard_map_ppermute
     from shard_tutorial.problems.shard_map_psum import shard_map_psum
+    from shard_tutorial.problems.shard_map_psum_scatter import shard_map_psum_scatter
     from shard_tutorial.problems.shard_map_simulate import (
         data_parallel_forward,
         shard_map_simulate,

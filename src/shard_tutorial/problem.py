@@ -182,7 +182,7 @@ class Problem:
 
     Attributes:
       name: the function a solution defines, e.g. ``"shard_map_double"``. Its
-        page is ``problems/<name with dashes>``.
+        page is ``<folder>/<name with dashes>``.
       title: the page title, e.g. ``"shard_map basics"``.
       reference: the reference solution. Its signature and docstring are the
         problem statement.
@@ -207,6 +207,8 @@ class Problem:
         :class:`Technique`), judged once its values are right.
       placement: how the output must be laid out over the devices, judged once
         its values are right; None: any layout.
+      folder: the folder of the documentation its page is in: ``"problems"``
+        (Part I) or ``"collectives"`` (Part II, communication between devices).
     """
 
     name: str
@@ -233,6 +235,7 @@ class Problem:
     )
     techniques: tuple[Technique, ...] = ()
     placement: Placement | None = None
+    folder: str = "problems"
 
     @functools.cached_property
     def cases(self) -> tuple[Case, ...]:
@@ -248,7 +251,7 @@ class Problem:
     @property
     def page(self) -> str:
         """The problem's page in the documentation, relative to the docs root."""
-        return "problems/" + self.name.replace("_", "-")
+        return f"{self.folder}/" + self.name.replace("_", "-")
 
     def expected(self, case: Case) -> np.ndarray:
         """The oracle's answer for ``case``, in the dtype JAX gives.

@@ -301,3 +301,30 @@ def test_page_weight_of_the_tutorial_against_an_empty_page(browser, base_url, em
         f"requests; an empty page of the same theme: {empty.transferred:,} bytes in "
         f"{empty.requests} requests ({tutorial.transferred / empty.transferred:.1f}x)"
     )
+
+
+# -- Part II: the collective diagrams on a phone, in light and dark ----------------------
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_every_collective_diagram_loads_and_fits_a_phone_screen(context, base_url, theme):
+    page = context.new_page()
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.emulate_media(color_scheme=theme)
+    visit = watch(page, base_url)
+    page.goto(base_url + "collectives/glance.html", wait_until="load")
+    page.evaluate(f"document.documentElement.dataset.theme = {theme!r}")
+    pictures = page.locator("img.collective-diagram")
+    assert pictures.count() == 7
+    for index in range(pictures.count()):
+        picture = pictures.nth(index)
+        picture.scroll_into_view_if_needed()
+        assert picture.is_visible()
+        assert picture.evaluate("img => img.complete && img.naturalWidth > 0")
+        assert picture.get_attribute("alt")
+        box = picture.bounding_box()
+        assert box is not None
+        assert 200 < box["width"] <= 390
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0, f"the glance page is {overflow}px wider than a 390px screen"
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"collectives-phone-{theme}.png"), full_page=True)
+    assert visit.problems() == []

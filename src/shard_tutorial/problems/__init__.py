@@ -39,7 +39,19 @@ class _Registry(Mapping[str, Problem]):
 
 
 PROBLEMS: Mapping[str, Problem] = _Registry(
-    ("shard_map_double", "shard_map_vs_vmap", "shard_map_psum", "shard_map_simulate")
+    (
+        "shard_map_double",
+        "shard_map_vs_vmap",
+        "shard_map_psum",
+        "shard_map_simulate",
+        # Part II, communication between devices:
+        "shard_map_pmean",
+        "shard_map_all_gather",
+        "shard_map_ppermute",
+        "shard_map_psum_scatter",
+        "shard_map_all_to_all",
+        "shard_map_axis_index",
+    )
 )
 """Every problem by name, in the site's reading order."""
 

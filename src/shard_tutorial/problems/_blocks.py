@@ -1,0 +1,62 @@
+"""Helpers for recognising per-device mistakes: what an answer computed block by block looks like.
+
+The classic mistakes of the collective problems share a shape: each device does
+the right thing to its own block and nothing else. These helpers rebuild such an
+answer in NumPy for every device count a solution may have used, so a problem's
+``explain`` can say "that is each block on its own, on d devices".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import numpy as np
+
+__all__ = ["MAX_DEVICES", "blockwise", "device_counts"]
+
+MAX_DEVICES = 8
+"""The largest device count the checker runs a solution on."""
+
+
+def device_counts(length: int, *, at_least: int = 2) -> Iterator[int]:
+    """The device counts, ``at_least`` to :data:`MAX_DEVICES`, that divide ``length`` evenly.
+
+    Args:
+      length: the length of the axis the blocks are cut along.
+      at_least: the smallest count to give.
+
+    Yields:
+      Each count ``d`` with ``length % d == 0``, smallest first.
+
+    Examples:
+      >>> from shard_tutorial.problems._blocks import device_counts
+      >>> list(device_counts(12)), list(device_counts(0)), list(device_counts(7))
+      ([2, 3, 4, 6], [], [7])
+    """
+    if length <= 0:
+        return
+    yield from (d for d in range(at_least, MAX_DEVICES + 1) if length % d == 0)
+
+
+def blockwise(
+    x: np.ndarray, devices: int, function: Callable[[np.ndarray], np.ndarray], axis: int = 0
+) -> np.ndarray:
+    """``function`` applied to each of ``devices`` equal blocks of ``x``, the results joined.
+
+    Args:
+      x: the array to cut.
+      devices: how many equal blocks to cut ``axis`` into.
+      function: what each device computes from its block.
+      axis: the axis to cut along and to join the results along.
+
+    Returns:
+      The blocks' results concatenated along ``axis``: what ``out_specs`` on that
+      axis puts together.
+
+    Examples:
+      >>> import numpy as np
+      >>> from shard_tutorial.problems._blocks import blockwise
+      >>> blockwise(np.arange(6), 2, np.cumsum)
+      array([ 0,  1,  3,  3,  7, 12])
+    """
+    return np.concatenate([function(b) for b in np.split(x, devices, axis=axis)], axis=axis)

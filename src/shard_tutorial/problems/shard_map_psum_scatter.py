@@ -1,0 +1,169 @@
+"""Problem "shard_map with psum_scatter": column sums of a batch, left split over the devices.
+
+With the rows of a batch split over the devices, each device can sum only its own
+rows: a vector of partial column sums. ``psum`` would add those vectors and give
+*every* device the whole total. :func:`jax.lax.psum_scatter` adds them too, but
+hands each device only its own block of the total (a *reduce-scatter*): the same
+sums for a fraction of the memory and of the communication, the step that
+sharded data-parallel training (ZeRO, FSDP) takes on its gradients. The output
+is split over the devices, ``out_specs=P("data")``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from shard_tutorial.meshes import data_mesh, place
+from shard_tutorial.problem import (
+    COLLECTIVE,
+    SHARD_MAP,
+    Case,
+    Placement,
+    Problem,
+    precise,
+)
+from shard_tutorial.problems._blocks import device_counts
+from shard_tutorial.validation import check_array
+
+__all__ = ["PROBLEM", "shard_map_psum_scatter"]
+
+
+def shard_map_psum_scatter(x: jax.Array) -> jax.Array:
+    """Column sums of a batch: ``psum_scatter`` adds the devices' partial sums, split over them.
+
+    The rows of ``x`` (the batch) are split over the devices; so is the result.
+    The device count divides both the batch and the number of columns (see
+    :func:`~shard_tutorial.data_mesh`), so every shape works.
+
+    Args:
+      x: 2-D array of numbers, of shape (B, n) with B >= 1 and n >= 1.
+
+    Returns:
+      ``x.sum(axis=0)``, of shape (n,), split over the devices (``P("data")``).
+
+    Raises:
+      TypeError: if ``x`` is not a numeric array.
+      ValueError: if ``x`` is not 2-D, or has no rows or no columns.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from shard_tutorial import shard_map_psum_scatter
+      >>> shard_map_psum_scatter(jnp.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]))
+      Array([ 9., 12.], dtype=float32)
+
+      On 8 devices, each holds 2 of the 16 sums:
+
+      >>> y = shard_map_psum_scatter(jnp.ones((32, 16)))
+      >>> tuple(y.sharding.spec), y.addressable_shards[0].data
+      (('data',), Array([32., 32.], dtype=float32))
+    """
+    check_array(x, "x", ndim=2, layout="of shape (B, n)")
+    if x.shape[0] == 0 or x.shape[1] == 0:
+        msg = f"x must have at least one row and one column, got shape {x.shape}"
+        raise ValueError(msg)
+    # The devices split the rows of x and the sums (the columns): their count divides both.
+    mesh = data_mesh(math.gcd(*x.shape))
+    x = place(x, NamedSharding(mesh, P("data")))  # jax.device_put, fast on CPU devices
+    return _column_sums(mesh)(x)
+
+
+def _partial_sums_then_scatter(rows: jax.Array) -> jax.Array:
+    partial_sums = jnp.sum(rows, axis=0)  # this device's rows only: shape (n,)
+    # Add every device's partial sums, and keep this device's block of the total.
+    return jax.lax.psum_scatter(partial_sums, axis_name="data", scatter_dimension=0, tiled=True)
+
+
+@functools.cache
+def _column_sums(mesh: Mesh) -> Callable[[jax.Array], jax.Array]:
+    """Build, once per mesh, the compiled function that sums the columns of ``x``."""
+    return jax.jit(
+        jax.shard_map(
+            _partial_sums_then_scatter,
+            mesh=mesh,
+            in_specs=P("data"),  # each device gets a block of rows
+            out_specs=P("data"),  # each device returns its block of the sums
+        )
+    )
+
+
+def _oracle(x: np.ndarray) -> np.ndarray:
+    return precise(x).sum(axis=0)
+
+
+def _explain(case: Case, _expected: np.ndarray, received: np.ndarray) -> str | None:
+    x = precise(case.args[0])
+    batch, n = x.shape
+    if received.shape != (n,):
+        if received.ndim == 1 and received.shape[0] > 0 and received.shape[0] % n == 0:
+            devices = received.shape[0] // n
+            return (
+                f"The result holds {devices} vectors of {n} sums, one per device: each "
+                "device's partial sums, joined. Add them up across the devices, with "
+                'jax.lax.psum_scatter(..., "data", tiled=True)'
+            )
+        return None
+    for devices in device_counts(batch):  # a solution may split the rows only
+        rows = batch // devices
+        if np.allclose(received, x[:rows].sum(axis=0), rtol=1e-4, atol=1e-4):
+            return (
+                f"These are the sums of the first {rows} of the {batch} rows only: one "
+                "device's partial sums. Add every device's partial sums with "
+                'jax.lax.psum_scatter(..., "data", tiled=True)'
+            )
+    return None
+
+
+def _generate(rng: np.random.Generator) -> Case:
+    """One random case: up to 40 rows and 40 columns, small integers or float32 values."""
+    batch, n = (int(v) for v in rng.integers(1, 41, size=2))
+    if rng.random() < 0.5:
+        x = rng.integers(-100, 100, (batch, n)).astype(np.int32)
+        return Case(f"random int32, shape ({batch}, {n})", (x,))
+    return Case(f"random, shape ({batch}, {n})", (rng.normal(size=(batch, n)).astype(np.float32),))
+
+
+def _cases() -> list[Case]:
+    rng = np.random.default_rng(20260204)
+
+    def normal(*shape: int) -> np.ndarray:
+        return rng.normal(size=shape).astype(np.float32)
+
+    return [
+        Case(
+            "example from the problem statement",
+            (np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]], np.float32),),
+        ),
+        Case("one row, one column", (np.array([[-2.5]], np.float32),)),
+        Case("one row: the sums are that row", (normal(1, 8),)),
+        Case("5 rows: 8 devices do not divide them", (normal(5, 10),)),
+        Case("12 rows, 18 columns: split over 6 of 8 devices", (normal(12, 18),)),
+        Case("16 rows, 6 columns: 2 devices divide both", (normal(16, 6),)),
+        Case("32 rows, 16 columns: 8 devices", (np.arange(512, dtype=np.float32).reshape(32, 16),)),
+        Case("int32 input stays int32", (np.arange(-64, 64, dtype=np.int32).reshape(16, 8),)),
+        Case("256 rows, 64 columns, random", (normal(256, 64),)),
+    ]
+
+
+PROBLEM = Problem(
+    name="shard_map_psum_scatter",
+    title="shard_map with psum_scatter",
+    reference=shard_map_psum_scatter,
+    oracle=_oracle,
+    make_cases=_cases,
+    atol=1e-4,  # float32 sums of up to 256 values, added in another order than NumPy's
+    explain=_explain,
+    folder="collectives",
+    generate=_generate,
+    # Any collective: a psum gives the right values too, and the placement check then
+    # says what it costs (every device holding every sum).
+    techniques=(SHARD_MAP, COLLECTIVE),
+    placement=Placement(axis=0),
+)
