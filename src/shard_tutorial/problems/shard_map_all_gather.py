@@ -90,6 +90,10 @@ def _outer_product(mesh: Mesh) -> Callable[[jax.Array], jax.Array]:
     )
 
 
+def _unsharded(x: jax.Array) -> jax.Array:
+    return x[:, None] * x[None, :]
+
+
 def _oracle(x: np.ndarray) -> np.ndarray:
     wide = precise(x)
     return np.multiply.outer(wide, wide)
@@ -168,6 +172,7 @@ PROBLEM = Problem(
     reference=shard_map_all_gather,
     oracle=_oracle,
     make_cases=_cases,
+    unsharded=_unsharded,
     explain=_explain,
     folder="collectives",
     generate=_generate,

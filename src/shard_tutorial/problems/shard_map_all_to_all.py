@@ -99,6 +99,10 @@ def _transpose(mesh: Mesh) -> Callable[[jax.Array], jax.Array]:
     )
 
 
+def _unsharded(x: jax.Array) -> jax.Array:
+    return x.T
+
+
 def _oracle(x: np.ndarray) -> np.ndarray:
     return precise(x).T
 
@@ -165,6 +169,7 @@ PROBLEM = Problem(
     reference=shard_map_all_to_all,
     oracle=_oracle,
     make_cases=_cases,
+    unsharded=_unsharded,
     explain=_explain,
     folder="collectives",
     generate=_generate,

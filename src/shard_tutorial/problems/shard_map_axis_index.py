@@ -92,6 +92,10 @@ def _cumulative_sum(mesh: Mesh) -> Callable[[jax.Array], jax.Array]:
     )
 
 
+def _unsharded(x: jax.Array) -> jax.Array:
+    return jnp.cumsum(x)
+
+
 def _oracle(x: np.ndarray) -> np.ndarray:
     return np.cumsum(precise(x))
 
@@ -146,6 +150,7 @@ PROBLEM = Problem(
     reference=shard_map_axis_index,
     oracle=_oracle,
     make_cases=_cases,
+    unsharded=_unsharded,
     atol=1e-3,  # float32 running sums of up to 1024 values, added in another order
     explain=_explain,
     folder="collectives",

@@ -97,6 +97,10 @@ def _centre_on_global_mean(mesh: Mesh) -> Callable[[jax.Array], jax.Array]:
     )
 
 
+def _unsharded(x: jax.Array) -> jax.Array:
+    return x - jnp.mean(x)
+
+
 def _oracle(x: np.ndarray) -> np.ndarray:
     wide = precise(x)
     return (wide - wide.mean()).astype(x.dtype)
@@ -153,6 +157,7 @@ PROBLEM = Problem(
     reference=shard_map_pmean,
     oracle=_oracle,
     make_cases=_cases,
+    unsharded=_unsharded,
     atol=1e-4,  # a float32 mean of up to 1024 values, summed in another order than NumPy's
     explain=_explain,
     folder="collectives",

@@ -103,6 +103,10 @@ def _three_point_average(mesh: Mesh) -> Callable[[jax.Array], jax.Array]:
     )
 
 
+def _unsharded(x: jax.Array) -> jax.Array:
+    return (jnp.roll(x, 1) + x + jnp.roll(x, -1)) / 3
+
+
 def _oracle(x: np.ndarray) -> np.ndarray:
     wide = precise(x)
     return ((np.roll(wide, 1) + wide + np.roll(wide, -1)) / 3).astype(x.dtype)
@@ -178,6 +182,7 @@ PROBLEM = Problem(
     reference=shard_map_ppermute,
     oracle=_oracle,
     make_cases=_cases,
+    unsharded=_unsharded,
     explain=_explain,
     folder="collectives",
     generate=_generate,

@@ -94,6 +94,10 @@ def _column_sums(mesh: Mesh) -> Callable[[jax.Array], jax.Array]:
     )
 
 
+def _unsharded(x: jax.Array) -> jax.Array:
+    return x.sum(axis=0)
+
+
 def _oracle(x: np.ndarray) -> np.ndarray:
     return precise(x).sum(axis=0)
 
@@ -158,6 +162,7 @@ PROBLEM = Problem(
     reference=shard_map_psum_scatter,
     oracle=_oracle,
     make_cases=_cases,
+    unsharded=_unsharded,
     atol=1e-4,  # float32 sums of up to 256 values, added in another order than NumPy's
     explain=_explain,
     folder="collectives",
