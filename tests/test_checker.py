@@ -459,7 +459,8 @@ def test_the_cli_lists_writes_starters_and_checks_with_exit_statuses(tmp_path):
     wrong = solution_file(tmp_path, WRONG["psum left out"][1], name="wrong.py")
     failing = run_cli("check", "shard_map_psum", str(wrong), "--seed", "3", cwd=tmp_path)
     assert failing.returncode == 1
-    assert "FAILED (1 device: 13 of 13 cases failed; 8 devices: " in failing.stdout
+    cases = len(PROBLEMS["shard_map_psum"].cases) + checker.RANDOM_CASES
+    assert f"FAILED (1 device: {cases} of {cases} cases failed; 8 devices: " in failing.stdout
     assert "from seed 3; --seed 3" in failing.stdout
 
     right = solution_file(tmp_path, "from shard_tutorial import *\n", name="right.py")

@@ -218,6 +218,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted: the check was stopped", file=sys.stderr)
         return 130  # the shell's status for Ctrl-C
+    except Exception:
+        # A Ctrl-C that lands while an extension module initialises can come out as
+        # another error: jaxlib's turns the KeyboardInterrupt into an ImportError.
+        if not _interrupted.is_set():
+            raise
+        print("interrupted: the check was stopped", file=sys.stderr)
+        return 130
     finally:
         if previous is signal.default_int_handler:
             signal.signal(signal.SIGINT, previous)
