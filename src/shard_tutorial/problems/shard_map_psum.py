@@ -134,15 +134,18 @@ def _cases() -> list[Case]:
         Case("example from the problem statement", (np.array([1.0, 2.0, 3.0], np.float32),)),
         Case("a single element", (np.array([-2.5], np.float32),)),
         Case("empty: the sum is 0", (np.zeros(0, np.float32),)),
-        Case("length 5: 8 devices do not divide it", (np.arange(1, 6, dtype=np.float32),)),
+        Case(
+            "length 5 in bfloat16: 8 devices do not divide it",
+            (np.arange(1, 6).astype(jnp.bfloat16),),
+        ),
         Case("length 32, one block per device on 8", (np.arange(32, dtype=np.float32),)),
         Case("length 12: split over 6 of 8 devices", (rng.normal(size=12).astype(np.float32),)),
-        Case("length 13: a prime, one device", (rng.normal(size=13).astype(np.float32),)),
+        Case(
+            "length 13 in float16: a prime, one device", (rng.normal(size=13).astype(np.float16),)
+        ),
         Case("int32 input stays int32", (np.arange(-40, 24, dtype=np.int32),)),
         Case("values that cancel out", (np.array([5.0, -5.0] * 8, np.float32),)),
         Case("length 1024, random", (rng.normal(size=1024).astype(np.float32),)),
-        Case("bfloat16 stays bfloat16", (rng.normal(size=40).astype(jnp.bfloat16),)),
-        Case("float16, length 6", (rng.normal(size=6).astype(np.float16),)),
     ]
 
 
