@@ -115,3 +115,19 @@ def test_a_hang_in_one_process_stops_the_cluster_and_the_rest_run_on_a_fresh_one
     assert "Every process of the cluster was stopped." in results[0].message
     assert [r.status for r in results[1:]] == ["pass"] * (len(results) - 1)
     assert left_behind() == []
+
+
+@pytest.mark.usefixtures("tagged")
+def test_a_crash_in_one_process_is_reported_with_its_index(tmp_path, left_behind):
+    solution = tmp_path / "crashes.py"
+    solution.write_text(HANGS_ON_PROCESS_1.replace("time.sleep(1000)", "os._exit(3)").replace(
+        "import time", "import os"
+    ))  # fmt: skip
+    report = check("shard_map_double", solution, devices=(8,), processes=2, seed=5)
+    results = report.runs[0].results
+    assert results[0].status == "crash"
+    assert results[0].message.startswith(
+        "process 1 of 2: the process running the solution ended (exit status 3)"
+    )
+    assert [r.status for r in results[1:]] == ["pass"] * (len(results) - 1)
+    assert left_behind() == []
