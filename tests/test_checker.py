@@ -483,6 +483,11 @@ def test_the_cli_lists_writes_starters_and_checks_with_exit_statuses(tmp_path):
         (("check", "shard_map_psum", "other.py", "--timeout", "0"), "a positive, finite number"),
         (("check", "shard_map_psum", "other.py", "--timeout", "soon"), "got 'soon'"),
         (("check", "shard_map_psum", "other.py", "--seed", "-3"), "a whole number >= 0"),
+        (("check", "shard_map_psum", "other.py", "--processes", "0"), "a whole number >= 1"),
+        (
+            ("check", "shard_map_psum", "good.py", "--processes", "3"),
+            "--processes 3 must divide every device count above 1",
+        ),
         (("check", "shard_map_psum", "value.py"), "value.py defines shard_map_psum as a value"),
         (("check", "shard_map_psum", "klass.py"), "klass.py defines shard_map_psum as a class"),
         (("check", "shard_map_psum", "empty.py"), "empty.py defines no function named"),
@@ -494,6 +499,7 @@ def test_the_cli_lists_writes_starters_and_checks_with_exit_statuses(tmp_path):
 def test_cli_usage_errors_exit_with_status_2(tmp_path, args, message):
     (tmp_path / "other.py").write_text("def something_else(x):\n    return x\n")
     (tmp_path / "value.py").write_text("shard_map_psum = 3\n")
+    (tmp_path / "good.py").write_text("def shard_map_psum(x):\n    return x\n")
     (tmp_path / "klass.py").write_text("class shard_map_psum:\n    pass\n")
     (tmp_path / "empty.py").write_text("")
     (tmp_path / "folder").mkdir()

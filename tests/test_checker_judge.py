@@ -16,7 +16,7 @@ from jax.sharding import PartitionSpec as P
 
 from shard_tutorial import data_mesh, place, usable_device_count
 from shard_tutorial._check_worker import describe_exception, describe_output, primitives_of
-from shard_tutorial.checker import _array, _Check, _judge, _not_an_array
+from shard_tutorial.checker import _array, _assemble, _Check, _Disagree, _judge, _not_an_array
 from shard_tutorial.problem import COLLECTIVE, SHARD_MAP, Placement
 from shard_tutorial.problems import PROBLEMS
 
@@ -122,3 +122,35 @@ def test_the_judge_expects_jaxs_default_dtypes_whatever_its_callers_mode(x64):
         header64 = {**header, "dtype": "float64"}
         status, message = _judge(check, 4, header64, wide.tobytes())
     assert (status, message) == ("fail", "dtype: expected float32, received float64")
+
+
+def _split_between_two_processes(header, payload):
+    """The shards of ``header`` as two processes would send them: first half, second half."""
+    shards, halves, offset = header["shards"], [], 0
+    cut = (len(shards) + 1) // 2
+    for part in (shards[:cut], shards[cut:]):
+        size = sum(s["nbytes"] for s in part)
+        halves.append(({**header, "shards": part}, payload[offset : offset + size]))
+        offset += size
+    return halves
+
+
+def test_the_shards_each_process_holds_are_put_back_together_with_no_collective():
+    x = np.arange(48, dtype=np.float32).reshape(12, 4)
+    mesh = data_mesh(12)
+    y = place(x, NamedSharding(mesh, P("data")))
+    header, payload = describe_output(y, shards=True)
+    assert len(header["shards"]) == usable_device_count(12)
+    assert header["device_ids"] == sorted(d.id for d in mesh.devices.flat)
+    halves = _split_between_two_processes(header, payload)
+    whole = _assemble(header, [h for h, _ in halves], [p for _, p in halves])
+    assert whole == x.tobytes()
+
+
+def test_processes_that_hold_other_values_for_the_same_block_are_told_apart():
+    y = place(np.arange(8, dtype=np.int32), NamedSharding(data_mesh(8), P()))  # replicated
+    header, payload = describe_output(y, shards=True)
+    assert len(header["shards"]) == 1  # each block is sent once per process
+    other = (np.arange(8, dtype=np.int32) + 1).tobytes()
+    with pytest.raises(_Disagree, match="process 1 holds other values"):
+        _assemble(header, [header, header], [payload, other])

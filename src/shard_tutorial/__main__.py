@@ -5,6 +5,7 @@
     python -m shard_tutorial list
     python -m shard_tutorial starter shard_map_psum > shard_map_psum.py
     python -m shard_tutorial check shard_map_psum shard_map_psum.py [--devices 1,8] [--seed N]
+    python -m shard_tutorial check shard_map_psum shard_map_psum.py --processes 2
     python -m shard_tutorial launch --processes 2 --devices-per-process 4 script.py [args]
 
 ``check`` exits with status 0 when every case passes on every device count, 1 when
@@ -96,8 +97,25 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="seed of the random cases, to check the same ones as a report did (default: new)",
     )
+    checking.add_argument(
+        "--processes",
+        type=_processes,
+        default=1,
+        metavar="N",
+        help="run each device count above 1 on a cluster of N JAX processes on this "
+        "machine, each holding its share of the devices, as the hosts of a GPU or TPU "
+        "cluster do: --processes 2 checks on 1 device and on 2 processes x 4 devices "
+        "(default: 1, one process)",
+    )
     _add_launch_command(commands)
     return parser
+
+
+def _processes(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        msg = f"expected a whole number >= 1, such as 2; got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return int(text)
 
 
 def _add_launch_command(commands: argparse._SubParsersAction) -> None:
@@ -272,6 +290,8 @@ def _main(argv: Sequence[str] | None) -> int:
             f"{args.file} defines {function} as {what}, not a function: "
             f"write it as def {function}(...):"
         )
+    if args.processes > 1 and any(n > 1 and n % args.processes for n in args.devices):
+        parser.error(f"--processes {args.processes} must divide every device count above 1")
     report = check(
         problem,
         args.file,
@@ -279,6 +299,7 @@ def _main(argv: Sequence[str] | None) -> int:
         timeout=args.timeout,
         function=function,
         seed=args.seed,
+        processes=args.processes,
     )
     if _interrupted.is_set():
         raise KeyboardInterrupt

@@ -124,6 +124,12 @@ def _hint(error: BaseException, message: str) -> str | None:
             "The file is not UTF-8 text: save it as UTF-8, or declare its encoding on its "
             "first line, e.g. # -*- coding: latin-1 -*-"
         )
+    if "non-addressable" in message:
+        return (
+            "On a cluster each process holds only its own devices' blocks of a sharded "
+            "array: np.asarray, jax.device_get or .tolist() of it fail there. Return the "
+            "jax.Array as JAX computed it."
+        )
     if "use_cpu_devices" in message or "jax_num_cpu_devices" in message:
         return "The checker sets the device count itself: leave it out of the code you check."
     for pattern in _NOT_DIVISIBLE:
@@ -200,13 +206,20 @@ def primitives_of(function: Callable[..., Any], args: tuple[Any, ...]) -> list[s
     return sorted(found)
 
 
-def describe_output(value: object) -> tuple[dict[str, Any], bytes]:
+def describe_output(value: object, shards: bool = False) -> tuple[dict[str, Any], bytes]:
     """What the solution returned, as plain data (a JSON header) and its values' bytes.
 
     The header says what ``value`` is (``"kind"``: ``"jax.Array"``, ``"numpy"``, a
     Python type's name), and for arrays their ``dtype``, ``shape`` and, for a
     ``jax.Array``, its layout: ``split`` (for each axis, how many blocks the
     devices hold) and ``devices`` (how many hold a part).
+
+    With ``shards`` (a process of a cluster, which may not see a ``jax.Array``
+    whole), the values of a ``jax.Array`` are those of the shards this process
+    holds, each once: ``"shards"`` lists each one's ``index`` (``[start, stop]``
+    per axis) and ``nbytes``, in the order of the bytes, and ``"device_ids"`` says
+    which devices, of every process, the array lives on. Nothing is fetched from
+    another process (no collective), so this never waits for one.
 
     Examples:
       >>> import jax.numpy as jnp
@@ -218,6 +231,9 @@ def describe_output(value: object) -> tuple[dict[str, Any], bytes]:
       12
       >>> describe_output([1, 2])
       ({'kind': 'list', 'length': 2}, b'')
+      >>> header, values = describe_output(jnp.arange(3.0), shards=True)
+      >>> header["shards"], header["device_ids"], len(values)
+      ([{'index': [[0, 3]], 'nbytes': 12}], [0], 12)
     """
     import jax  # noqa: PLC0415
     import numpy as np  # noqa: PLC0415
@@ -233,6 +249,8 @@ def describe_output(value: object) -> tuple[dict[str, Any], bytes]:
             "split": split,
             "devices": len(value.sharding.device_set),
         }
+        if shards:
+            return _describe_shards(value, header)
         array = np.asarray(value)
     elif isinstance(value, np.ndarray | np.generic) and value.dtype != object:
         array = np.asarray(value)
@@ -249,6 +267,42 @@ def describe_output(value: object) -> tuple[dict[str, Any], bytes]:
         header["kind"] = f"array of {array.dtype}"
         return header, b""
     return header, np.ascontiguousarray(array).tobytes()
+
+
+def _describe_shards(value: Any, header: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+    """``header`` completed with the shards this process holds, and their bytes."""
+    import numpy as np  # noqa: PLC0415
+
+    header["device_ids"] = sorted(device.id for device in value.sharding.device_set)
+    seen: set[tuple[tuple[int, int], ...]] = set()
+    described, chunks = [], []
+    for shard in value.addressable_shards:
+        index = tuple(
+            tuple(part.indices(n)[:2]) for part, n in zip(shard.index, value.shape, strict=True)
+        )
+        if index in seen:  # a replica of a block already sent
+            continue
+        seen.add(index)
+        data = np.ascontiguousarray(np.asarray(shard.data)).tobytes()
+        described.append({"index": [list(pair) for pair in index], "nbytes": len(data)})
+        chunks.append(data)
+    header["shards"] = described
+    return header, b"".join(chunks)
+
+
+def _join_cluster(cluster: dict[str, Any]) -> None:
+    """Join the cluster the checker started this process in (JAX's runtime, gloo)."""
+    import jax  # noqa: PLC0415
+
+    from shard_tutorial.launcher import _die_with_launcher  # noqa: PLC0415
+
+    _die_with_launcher(cluster["parent"])
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(
+        coordinator_address=cluster["coordinator"],
+        num_processes=cluster["processes"],
+        process_id=cluster["process"],
+    )
 
 
 def main() -> int:
@@ -274,6 +328,9 @@ def main() -> int:
     from shard_tutorial.devices import use_cpu_devices  # noqa: PLC0415 (before JAX starts)
 
     use_cpu_devices(request["devices"])
+    cluster = request.get("cluster")
+    if cluster is not None:
+        _join_cluster(cluster)
     import jax  # noqa: PLC0415
     import jax.numpy as jnp  # noqa: PLC0415
     import numpy as np  # noqa: PLC0415
@@ -311,7 +368,7 @@ def main() -> int:
             continue
         seconds = perf_counter() - began
         try:
-            header, payload = describe_output(received)
+            header, payload = describe_output(received, shards=cluster is not None)
         except BaseException as error:  # noqa: BLE001 (an object whose methods raise)
             header, payload = {"kind": type(received).__name__, "problem": str(error)}, b""
         if request["trace"]:

@@ -143,14 +143,17 @@ class DeviceRun:
     """All cases on one device count.
 
     Attributes:
-      devices: the number of fake CPU devices.
+      devices: the number of fake CPU devices, of every process together.
       results: one result per case, in the problem's order.
       load_error: why the solution could not be loaded, if it could not.
+      processes: how many JAX processes held the devices (a cluster when above 1,
+        each process with ``devices // processes`` of them).
     """
 
     devices: int
     results: tuple[CaseResult, ...]
     load_error: str | None = None
+    processes: int = 1
 
     @property
     def passed(self) -> bool:
@@ -159,7 +162,10 @@ class DeviceRun:
 
     @property
     def name(self) -> str:
-        """``"1 device"`` or ``"8 devices"``."""
+        """``"1 device"``, ``"8 devices"``, or ``"2 processes x 4 devices"``."""
+        if self.processes > 1:
+            each = self.devices // self.processes
+            return f"{self.processes} processes x {each} device{'s' if each != 1 else ''}"
         return f"{self.devices} device{'s' if self.devices != 1 else ''}"
 
     def problems(self) -> list[list[CaseResult]]:
@@ -223,6 +229,15 @@ class CheckReport:
         if not broken:
             return []
         names = " and ".join(run.name for run in broken)
+        if all(run.processes > 1 for run in broken):
+            hint = (
+                f"Every case gets the right values on 1 device, but not on {names}. Code "
+                "that is right in one process can still assume that it sees every device "
+                "and every block of an array (jax.local_devices() for jax.devices(), "
+                "np.asarray or jax.device_get of a sharded array); in a cluster each "
+                "process sees only its own."
+            )
+            return [hint]
         hint = (
             f"Every case gets the right values on 1 device, but not on {names}. An answer "
             "that changes with the number of devices usually means a missing collective "
@@ -328,6 +343,9 @@ class CheckReport:
         return notes
 
     def _device_counts(self) -> str:
+        if any(run.processes > 1 for run in self.runs):
+            names = [run.name for run in self.runs]
+            return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
         counts = [str(run.devices) for run in self.runs]
         joined = counts[0] if len(counts) == 1 else ", ".join(counts[:-1]) + " and " + counts[-1]
         return f"{joined} device{'s' if counts != ['1'] else ''}"
@@ -352,6 +370,7 @@ def check(
     timeout: float = DEFAULT_TIMEOUT,
     function: str | None = None,
     seed: int | None = None,
+    processes: int = 1,
 ) -> CheckReport:
     """Run a solution on a problem's cases on each device count and report.
 
@@ -367,6 +386,14 @@ def check(
       seed: the seed of the fresh random cases added to the problem's own; the
         report prints it, so a check can be repeated on the same cases. None picks
         a new one.
+      processes: above 1, each device count above 1 runs on a cluster of that many
+        JAX processes on this machine (JAX's distributed runtime on 127.0.0.1, gloo
+        collectives), each with its share of the devices: with the default device
+        counts, ``processes=2`` checks on 1 device and on 2 processes x 4 devices,
+        where each process holds only its own blocks of a sharded array, as a host
+        of a GPU or TPU cluster does. Each process sends back the blocks it holds;
+        the checker puts the output together from them. A hang or a crash in any
+        process stops the whole cluster; the next cases run on a fresh one.
 
     Returns:
       A :class:`CheckReport`; ``report.passed`` says whether every case passed.
@@ -376,8 +403,8 @@ def check(
       FileNotFoundError: if ``solution`` names a file that does not exist.
       IsADirectoryError: if ``solution`` names a directory.
       TypeError: for a timeout or a seed that is not a number.
-      ValueError: for a device count below 1, a timeout that is not positive or a
-        negative seed.
+      ValueError: for a device count below 1, a timeout that is not positive, a
+        negative seed, or ``processes`` below 1 or not dividing a device count above 1.
       KeyboardInterrupt: when interrupted; the workers are stopped first.
 
     Examples:
@@ -391,11 +418,27 @@ def check(
       PASSED: every case on 1 and 8 devices
       >>> report.runs[0].results[-1].label
       'random: length 256, float32'
+
+      The same on a cluster of 2 processes of 4 devices each:
+
+      >>> report = check("shard_map_double", shard_map_double, seed=7, processes=2)
+      >>> print(report.verdict())
+      PASSED: every case on 1 device and 2 processes x 4 devices
     """
     problem = problem if isinstance(problem, Problem) else get_problem(problem)
     counts = tuple(devices)
     if not counts or not all(type(n) is int and n >= 1 for n in counts):
         msg = f"devices must be device counts (ints >= 1), such as (1, 8); got {devices!r}"
+        raise ValueError(msg)
+    if type(processes) is not int or processes < 1:
+        msg = f"processes must be a whole number >= 1, got {processes!r}"
+        raise ValueError(msg)
+    wrong = [n for n in counts if n > 1 and n % processes]
+    if wrong:
+        msg = (
+            f"processes={processes} must divide every device count above 1, but not "
+            f"{wrong[0]}: each process of a cluster gets the same number of devices"
+        )
         raise ValueError(msg)
     if isinstance(timeout, bool) or not isinstance(timeout, int | float):
         msg = f"timeout must be a number of seconds, got {type(timeout).__name__} {timeout!r}"
@@ -419,13 +462,13 @@ def check(
     else:
         seed = None
     if load_error is not None:
-        runs = tuple(DeviceRun(n, (), load_error) for n in counts)
+        runs = tuple(DeviceRun(n, (), load_error, processes if n > 1 else 1) for n in counts)
         notes: tuple[str, ...] = ()
     else:
         checking = _Check(problem, tuple(cases), spec, timeout, threading.Event())
         pool = ThreadPoolExecutor(len(counts))
         try:
-            futures = [pool.submit(checking.run, n) for n in counts]
+            futures = [pool.submit(checking.run, n, processes if n > 1 else 1) for n in counts]
             runs = tuple(future.result() for future in futures)
         except BaseException:
             checking.cancel.set()
@@ -535,14 +578,14 @@ class _Check:
         case = self.cases[index]
         return case.label, self.problem.describe(case)
 
-    def run(self, devices: int) -> DeviceRun:
-        """Every case on one device count, in as few worker processes as the solution allows."""
+    def run(self, devices: int, processes: int = 1) -> DeviceRun:
+        """Every case on ``devices`` devices, in as few workers (clusters) as it allows."""
         results: dict[int, CaseResult] = {}
         start, lost_in_a_row, hangs = 0, 0, 0
         while start < len(self.cases) and not self._cancelled():
-            outcome = self._session(devices, start)
+            outcome = self._session(devices, start, processes)
             if outcome.load_error is not None:
-                return DeviceRun(devices, (), outcome.load_error)
+                return DeviceRun(devices, (), outcome.load_error, processes)
             results.update(outcome.results)
             if outcome.stopped is None:
                 break
@@ -565,31 +608,62 @@ class _Check:
             results.get(i) or CaseResult(*self.describe(i), "not run")
             for i in range(len(self.cases))
         )
-        return DeviceRun(devices, ordered)
+        return DeviceRun(devices, ordered, processes=processes)
 
     def _cancelled(self) -> bool:
         return self.cancel.is_set() or INTERRUPTED.is_set()
 
-    def _session(self, devices: int, start: int) -> _Outcome:
-        """Run the cases from ``start`` on in one worker, until they end or it is lost."""
-        with tempfile.TemporaryDirectory(prefix="shard-tutorial-check-") as scratch:
-            read_end, write_end = os.pipe()  # neither is inherited, except as pass_fds says
-            output = Path(scratch) / "output.txt"
-            try:
-                process = self._start_worker(devices, start, output, write_end)
-            except BaseException:
-                os.close(read_end)
-                raise
-            finally:
-                os.close(write_end)  # the worker holds its own copy
-            try:
-                return _Follow(self, devices, process, read_end, output).events(start)
-            finally:
-                _end_session(process, grace=0 if self._cancelled() else EXIT_GRACE)
-                os.close(read_end)
+    def _session(self, devices: int, start: int, processes: int = 1) -> _Outcome:
+        """Run the cases from ``start`` on in one worker, or a cluster, until done or lost.
+
+        A cluster is ``processes`` workers; every worker's group is ended after.
+        """
+        cluster = None
+        if processes > 1:
+            from shard_tutorial.launcher import _bindable_port  # noqa: PLC0415
+
+            cluster = {
+                "coordinator": f"127.0.0.1:{_bindable_port(None)}",
+                "processes": processes,
+                "parent": os.getpid(),
+            }
+        with contextlib.ExitStack() as stack:
+            scratch = Path(
+                stack.enter_context(tempfile.TemporaryDirectory(prefix="shard-tutorial-check-"))
+            )
+            workers: list[subprocess.Popen[bytes]] = []
+            channels: list[int] = []
+            outputs: list[Path] = []
+
+            def end_all() -> None:
+                grace = 0 if self._cancelled() else EXIT_GRACE
+                for worker in workers:  # a cluster's: at once, its answers are in
+                    _end_session(worker, grace=grace if len(workers) == 1 else 0)
+
+            stack.callback(_close_all, channels)
+            stack.callback(end_all)
+            for index in range(processes):
+                read_end, write_end = os.pipe()  # neither is inherited, except as pass_fds says
+                channels.append(read_end)
+                outputs.append(scratch / f"output{index}.txt")
+                try:
+                    member = None if cluster is None else {**cluster, "process": index}
+                    workers.append(
+                        self._start_worker(
+                            devices // processes, start, outputs[-1], write_end, member
+                        )
+                    )
+                finally:
+                    os.close(write_end)  # the worker holds its own copy
+            return _Follow(self, workers, channels, outputs).events(start)
 
     def _start_worker(
-        self, devices: int, start: int, output: Path, fd: int
+        self,
+        devices: int,
+        start: int,
+        output: Path,
+        fd: int,
+        cluster: dict[str, Any] | None = None,
     ) -> subprocess.Popen[bytes]:
         """Start a worker in a session of its own, limit it, then send it its request."""
         request = {
@@ -599,6 +673,7 @@ class _Check:
             "start": start,
             "fd": fd,
             "trace": bool(self.problem.techniques),
+            "cluster": cluster,
         }
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         with output.open("wb") as sink:
@@ -627,123 +702,178 @@ class _Check:
         return process
 
 
+def _close_all(channels: list[int]) -> None:
+    """Close the read ends of the workers' pipes."""
+    for channel in channels:
+        os.close(channel)
+
+
 class _Follow:
-    """Read one worker's reports until it is done, hangs, dies, or the check is cancelled."""
+    """Read the reports of a worker (or a cluster's) until done, hung, dead or cancelled.
+
+    A case is judged once every process has answered it; a cluster's processes each
+    send the shards they hold, and the global output is put back together here.
+    """
 
     def __init__(
         self,
         check: _Check,
-        devices: int,
-        process: subprocess.Popen[bytes],
-        channel: int,
-        output: Path,
+        processes: list[subprocess.Popen[bytes]],
+        channels: list[int],
+        outputs: list[Path],
     ) -> None:
-        self.check, self.devices, self.process = check, devices, process
-        self.channel, self.output = channel, output
+        self.check, self.processes = check, processes
+        self.channels, self.outputs = channels, outputs
+        count = len(processes)
         self.outcome = _Outcome({})
-        self.phase = "starting"  # then "loading", then "running"
-        self.current: int | None = None  # the case running now
+        self.phases = ["starting"] * count  # then "loading", then "running"
+        self.current: int | None = None  # the first case not answered by every process
+        self.at: list[int | None] = [None] * count  # the case each process runs now
+        self.answers: dict[int, dict[int, tuple[dict[str, Any], bytes]]] = {}
         self.deadline = time.monotonic() + STARTUP_TIMEOUT
-        self.buffer = b""
+        self.buffers = [b""] * count
+        self.finished: set[int] = set()  # processes that said they are done
         self.done = False
+
+    @property
+    def phase(self) -> str:
+        """The phase of the process furthest behind."""
+        return min(self.phases, key=_PHASES.index)
+
+    def _who(self, process: int) -> str:
+        """``"process 1 of 2: "`` on a cluster, nothing for a single process."""
+        count = len(self.processes)
+        return f"process {process} of {count}: " if count > 1 else ""
 
     def events(self, start: int) -> _Outcome:
         self.current = start
-        os.set_blocking(self.channel, False)
         with selectors.DefaultSelector() as selector:
-            selector.register(self.channel, selectors.EVENT_READ)
+            for index, channel in enumerate(self.channels):
+                os.set_blocking(channel, False)
+                selector.register(channel, selectors.EVENT_READ, index)
             while not self.done:
                 if self.check._cancelled():
-                    _end_session(self.process, grace=0)
+                    for process in self.processes:
+                        _end_session(process, grace=0)
                     raise _Cancelled
-                if selector.select(_POLL) and not self._read():
-                    self._ended(_wait_exit(self.process, EXIT_GRACE))  # its pipe closed
-                    break
+                for key, _ in selector.select(_POLL):
+                    index = key.data
+                    if not self._read(index):  # its pipe closed
+                        selector.unregister(key.fd)
+                        if index not in self.finished and not self.done:
+                            self._ended(index, _wait_exit(self.processes[index], EXIT_GRACE))
+                    if self.done:
+                        break
                 if self.done:
                     break
-                status = _exit_status(self.process)
-                if status is not None:
-                    self._read()  # what it wrote before it ended
-                    if not self.done:
-                        self._ended(status)
+                for index, process in enumerate(self.processes):
+                    status = _exit_status(process)
+                    if status is not None and index not in self.finished:
+                        self._read(index)  # what it wrote before it ended
+                        if index not in self.finished:
+                            self._ended(index, status)  # does nothing once done
+                        if self.done:
+                            break
+                if self.done:
                     break
                 if time.monotonic() > self.deadline:
                     self._hung()
                     break
         return self.outcome
 
-    def _read(self) -> bool:
-        """Take in what the worker wrote; False once the pipe is closed."""
+    def _read(self, index: int) -> bool:
+        """Take in what a worker wrote; False once its pipe is closed."""
         while not self.done:
             try:
-                chunk = os.read(self.channel, 1 << 20)
+                chunk = os.read(self.channels[index], 1 << 20)
             except BlockingIOError:
                 return True
             if not chunk:
                 return False
-            self.buffer += chunk
-            self._frames()
+            self.buffers[index] += chunk
+            self._frames(index)
         return True
 
-    def _frames(self) -> None:
-        while not self.done and b"\n" in self.buffer:
-            line, rest = self.buffer.split(b"\n", 1)
+    def _frames(self, index: int) -> None:
+        while not self.done and b"\n" in self.buffers[index]:
+            line, rest = self.buffers[index].split(b"\n", 1)
             try:
                 event = json.loads(line)
                 size = int(event.get("nbytes", 0))
             except (ValueError, AttributeError, TypeError):
-                self._garbled()
+                self._garbled(index)
                 return
             if len(rest) < size:
                 return  # the values have not all arrived
-            self.buffer = rest[size:]
+            self.buffers[index] = rest[size:]
             try:
-                self._event(event, rest[:size])
+                self._event(index, event, rest[:size])
             except (KeyError, TypeError, ValueError, IndexError):
-                self._garbled()
+                self._garbled(index)
 
-    def _event(self, event: dict[str, Any], payload: bytes) -> None:
+    def _event(self, process: int, event: dict[str, Any], payload: bytes) -> None:
         kind = event["event"]
         now = time.monotonic()
+        before = self.phase
         if kind == "loading":
-            self.phase, self.deadline = "loading", now + LOAD_TIMEOUT
+            self.phases[process] = "loading"
         elif kind == "load_error":
             self.outcome.load_error = str(event["message"])
             self.done = True
         elif kind == "ready":
             self.check.origins.add(str(event["origin"]))
             self.check.x64 |= event["x64"] is True
-            self.phase, self.deadline = "running", now + self.check.timeout
+            self.phases[process] = "running"
         elif kind == "start":
-            self.current, self.deadline = int(event["case"]), now + self.check.timeout
+            self.at[process] = int(event["case"])
         elif kind in {"output", "raised"}:
             index = int(event["case"])
-            if index != self.current:
+            if index != self.at[process]:
                 raise ValueError(index)
-            if kind == "output":
-                status, message = _judge(self.check, index, event["output"], payload)
-                seconds = float(event["seconds"])
-            else:
-                status, message = "error", str(event["message"])
-                if event["memory"] is True:
-                    status, message = "memory", _memory_message(message)
-                seconds = 0.0
-            label, arguments = self.check.describe(index)
-            self.outcome.results[index] = CaseResult(label, arguments, status, message, seconds)
-            self.current = index + 1 if index + 1 < len(self.check.cases) else None
-            self.deadline = now + self.check.timeout
+            answers = self.answers.setdefault(index, {})
+            answers[process] = (event, payload)
+            if len(answers) == len(self.processes):
+                self._verdict(index, answers)
+                del self.answers[index]
+                self.current = index + 1 if index + 1 < len(self.check.cases) else None
+                self.deadline = now + self.check.timeout
         elif kind == "done":
-            self.done = True
+            self.finished.add(process)
+            self.done = len(self.finished) == len(self.processes)
         else:
             raise ValueError(kind)
+        if self.phase != before:
+            self.deadline = now + (LOAD_TIMEOUT if self.phase == "loading" else self.check.timeout)
 
-    def _garbled(self) -> None:
+    def _verdict(self, index: int, answers: dict[int, tuple[dict[str, Any], bytes]]) -> None:
+        """Judge case ``index`` from every process' answer, and record the result."""
+        raised = [p for p in sorted(answers) if answers[p][0]["event"] == "raised"]
+        seconds = 0.0
+        if raised:
+            event = answers[raised[0]][0]
+            status, message = "error", self._who(raised[0]) + str(event["message"])
+            if event["memory"] is True:
+                status, message = "memory", _memory_message(message)
+        elif len(answers) == 1:
+            event, payload = answers[0]
+            status, message = _judge(self.check, index, event["output"], payload)
+            seconds = float(event["seconds"])
+        else:
+            status, message = _judge_cluster(
+                self.check, index, [answers[p][0]["output"] for p in sorted(answers)],
+                [answers[p][1] for p in sorted(answers)],
+            )  # fmt: skip
+            seconds = max(float(answers[p][0]["seconds"]) for p in answers)
+        label, arguments = self.check.describe(index)
+        self.outcome.results[index] = CaseResult(label, arguments, status, message, seconds)
+
+    def _garbled(self, process: int) -> None:
         message = (
             "the checker received something that is not a report on its channel from the "
             "process running the solution: does the solution write to file descriptors it "
             "did not open?"
         )
-        self._stop_with("crash", message)
+        self._stop_with("crash", self._who(process) + message)
 
     def _stop_with(self, status: str, message: str) -> None:
         if self.phase != "running" or self.current is None:
@@ -753,6 +883,15 @@ class _Follow:
         self.done = True
 
     def _hung(self) -> None:
+        waiting = [
+            p
+            for p in range(len(self.processes))
+            if self.phases[p] == self.phase and p not in self.answers.get(self.current or 0, {})
+        ]
+        who = ""
+        if len(self.processes) > 1:
+            names = ", ".join(map(str, waiting))
+            who = f"process{'es' if len(waiting) > 1 else ''} {names} of {len(self.processes)}: "
         if self.phase == "starting":
             message = f"JAX did not start within {STARTUP_TIMEOUT:.0f} s: is the machine busy?"
         elif self.phase == "loading":
@@ -765,45 +904,133 @@ class _Follow:
                 f"stopped after {self.check.timeout:g} s: an endless loop, a long sleep, or "
                 "a collective (such as psum) that some devices never reach?"
             )
-        self._stop_with("timeout", message)
+            if len(self.processes) > 1:
+                message += " Every process of the cluster was stopped."
+        self._stop_with("timeout", who + message)
 
-    def _ended(self, status: int | None) -> None:
-        """The worker ended (exit ``status``, negative for a signal) before it was done."""
-        tail = _tail(self.output)
+    def _ended(self, process: int, status: int | None) -> None:
+        """A worker ended (exit ``status``, negative for a signal) before it was done."""
+        if self.done:
+            return
+        tail = _tail(self.outputs[process])
         how = _how_it_ended(status)
-        if self.phase == "starting":
-            message = f"the checking process failed to start ({how})"
+        who = self._who(process)
+        if self.phases[process] == "starting":
+            message = who + f"the checking process failed to start ({how})"
             self._stop_with("crash", message + (f"; its last output:\n{tail}" if tail else ""))
             return
-        if self.phase == "loading":
+        if self.phases[process] == "loading":
             if any(sign in tail for sign in MEMORY_SIGNS):
-                self._stop_with("memory", _memory_message("while the file was loaded"))
+                self._stop_with("memory", _memory_message(who + "while the file was loaded"))
                 return
-            message = (
+            message = who + (
                 f"the process ended while your file was being loaded ({how}): does the "
                 "file call os._exit(), exit() or os.abort() at its top level?"
             )
             self._stop_with("crash", message + (f"\nIts last output:\n{tail}" if tail else ""))
             return
         if self.current is None:  # every case had its answer; only the goodbye is missing
-            self.done = True
+            self.finished.add(process)
+            self.done = len(self.finished) == len(self.processes)
             return
         if status in {-signal.SIGABRT, 134} and "may be stuck" in tail:
             self._stop_with(
                 "timeout",
-                "a collective that not every device reached: XLA stopped the process after "
-                "waiting for the devices that never called it (a psum inside an if, or a "
+                who + "a collective that not every device reached: XLA stopped the process "
+                "after waiting for the devices that never called it (a psum inside an if, or a "
                 "different number of collectives per device?)",
             )
         elif any(sign in tail for sign in MEMORY_SIGNS):
-            self._stop_with("memory", _memory_message(tail.splitlines()[-1]))
+            self._stop_with("memory", _memory_message(who + tail.splitlines()[-1]))
         else:
-            message = (
+            message = who + (
                 f"the process running the solution ended ({how}) during this case"
                 + (": does the solution call os._exit()?" if status == 0 else "")
                 + (f"; its last output:\n{tail}" if tail else "")
             )
+            if len(self.processes) > 1:
+                message += "\n(Every process of the cluster was stopped.)"
             self._stop_with("crash", message)
+
+
+_PHASES = ["starting", "loading", "running"]
+
+
+def _judge_cluster(
+    check: _Check, index: int, outputs: list[dict[str, Any]], payloads: list[bytes]
+) -> tuple[str, str]:
+    """The verdict on case ``index`` from what each process of a cluster returned.
+
+    Arrays are put back together from every process' shards (no collective ran to
+    gather them) and judged as one; anything else is judged process by process.
+    """
+    count = len(outputs)
+    if all(o["kind"] == "jax.Array" and "shards" in o for o in outputs):
+        placed = {tuple(o["device_ids"]) for o in outputs}
+        if len(placed) > 1 and all(len(o["device_ids"]) == 1 for o in outputs):
+            # Unsharded: each process computed the whole output on one of its devices.
+            verdicts = [
+                _judge(check, index, o, _assemble(o, [o], [p]))
+                for o, p in zip(outputs, payloads, strict=True)
+            ]
+            for process, (status, message) in enumerate(verdicts):
+                if status != "pass":
+                    return status, f"process {process} of {count}: {message}"
+            return verdicts[0]
+        if len(placed) > 1:
+            return "fail", (
+                "each process returned an array of its own, on its own devices only, not "
+                "one array over the cluster's devices: build the mesh from jax.devices() (the devices of "
+                "every process), not jax.local_devices()"
+            )
+        first = outputs[0]
+        if any((o["dtype"], o["shape"]) != (first["dtype"], first["shape"]) for o in outputs):
+            return "fail", "the processes returned arrays of different shapes or dtypes"
+        try:
+            assembled = _assemble(first, outputs, payloads)
+        except _Disagree as error:
+            return "fail", str(error)
+        return _judge(check, index, first, assembled)
+    verdicts = [_judge(check, index, o, p) for o, p in zip(outputs, payloads, strict=True)]
+    for process, (status, message) in enumerate(verdicts):
+        if status != "pass":
+            return status, f"process {process} of {count}: {message}"
+    return verdicts[0]
+
+
+class _Disagree(ValueError):
+    """The processes' shards do not make one array."""
+
+
+def _assemble(first: dict[str, Any], outputs: list[dict[str, Any]], payloads: list[bytes]) -> bytes:
+    """The global array's bytes, from every process' shards; each element checked once held."""
+    whole: np.ndarray[Any, Any] = np.zeros(
+        tuple(int(n) for n in first["shape"]), _dtype(str(first["dtype"]))
+    )
+    held = np.zeros(whole.shape, bool)
+    for process, (output, payload) in enumerate(zip(outputs, payloads, strict=True)):
+        offset = 0
+        for shard in output["shards"]:
+            where = tuple(slice(int(a), int(b)) for a, b in shard["index"])
+            size = int(shard["nbytes"])
+            block = np.frombuffer(payload[offset : offset + size], whole.dtype)
+            block = block.reshape(whole[where].shape)
+            offset += size
+            seen = held[where]
+            if not np.array_equal(whole[where][seen], block[seen]):
+                msg = (
+                    f"process {process} holds other values than another process for the same "
+                    "block of the output: did a process compute with data the others did not have?"
+                )
+                raise _Disagree(msg)
+            whole[where] = block
+            held[where] = True
+        if offset != len(payload):
+            raise ValueError(offset)
+    if not held.all():
+        msg = "no process holds part of the output"
+        raise _Disagree(msg)
+    return whole.tobytes()
 
 
 class _Cancelled(Exception):
@@ -847,18 +1074,23 @@ def _judge(check: _Check, index: int, output: dict[str, Any], payload: bytes) ->
 def _array(output: dict[str, Any], payload: bytes) -> np.ndarray:
     """The values a worker sent, as a read-only NumPy array (never unpickled)."""
     name = str(output["dtype"])
-    try:
-        dtype = np.dtype(name)
-    except TypeError:
-        import ml_dtypes  # noqa: PLC0415 (bfloat16 and friends, installed with JAX)
-
-        dtype = np.dtype(getattr(ml_dtypes, name))
+    dtype = _dtype(name)
     if dtype.kind in "OSUMm" or dtype.names is not None:  # numbers only
         raise ValueError(name)
     shape = tuple(int(n) for n in output["shape"])
     if len(payload) != math.prod(shape) * dtype.itemsize:
         raise ValueError(shape)
     return np.frombuffer(payload, dtype).reshape(shape)
+
+
+def _dtype(name: str) -> np.dtype[Any]:
+    """The NumPy dtype named ``name``, bfloat16 and JAX's other extra types included."""
+    try:
+        return np.dtype(name)
+    except TypeError:
+        import ml_dtypes  # noqa: PLC0415 (bfloat16 and friends, installed with JAX)
+
+        return np.dtype(getattr(ml_dtypes, name))
 
 
 def _not_an_array(output: dict[str, Any]) -> str:
