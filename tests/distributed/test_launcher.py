@@ -137,8 +137,13 @@ def test_a_hang_in_a_collective_is_stopped_at_the_timeout(script, tagged_env):
     zero, one = result.processes
     assert zero.stopped
     assert one.stopped
-    # Process 0 began printing the second total and waits for it in the collective.
-    assert zero.output.splitlines()[:2] == ["first psum: 496", "second psum: "]
+    # Process 0 began printing the second total and waits for it in the collective. (What
+    # follows on that line, if anything, is whatever the process wrote to stderr while it
+    # waited, such as XLA's warning that the collective may be stuck.)
+    lines = zero.output.splitlines()
+    assert lines[0] == "first psum: 496"
+    assert lines[1].startswith("second psum: ")
+    assert "496" not in lines[1]
     assert one.output.splitlines()[0] == "first psum: 496"
     assert "second psum" not in one.output
 
