@@ -65,7 +65,28 @@ _GLOO_CHATTER = re.compile(
     r"\[Gloo\] Rank \d+ is connected to \d+ peer ranks\. "
     r"Expected number of connected peer ranks is : \d+\n?"
 )
+# Several threads print those lines at once, so their pieces can interleave into lines
+# that no longer match the whole message: a line made of nothing but such pieces (and
+# the rank numbers between them) is chatter too.
+_GLOO_PIECES = re.compile(
+    r"\[Gloo\] Rank|is connected to|peer ranks\.|Expected number of connected peer ranks is :"
+)
 _LAST_LINES = 10  # of a failed process' output, in the report
+
+
+def _only_gloo_pieces(text: str) -> bool:
+    r"""Whether ``text`` holds nothing but pieces of gloo's connection messages and numbers.
+
+    Examples:
+      >>> from shard_tutorial.launcher import _only_gloo_pieces
+      >>> _only_gloo_pieces("[Gloo] Rank [Gloo] Rank 12 is connected to  is connected to 77\n")
+      True
+      >>> _only_gloo_pieces("496\n")
+      False
+    """
+    return bool(_GLOO_PIECES.search(text)) and not _GLOO_PIECES.sub("", text).strip(
+        " \t\n0123456789"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -341,7 +362,7 @@ class _Run:
             # once the pieces of a line are together.
             text = _GLOO_CHATTER.sub("", pending + line)
             pending = "" if text.endswith("\n") else text
-            if text and not pending:
+            if text and not pending and not _only_gloo_pieces(text):
                 self.events.put((index, text))
         if pending:
             self.events.put((index, pending))

@@ -125,6 +125,7 @@ def test_a_crash_in_one_process_is_reported_with_its_index(tmp_path, left_behind
     ))  # fmt: skip
     report = check("shard_map_double", solution, devices=(8,), processes=2, seed=5)
     results = report.runs[0].results
+    assert results, str(report)  # the cluster loaded the solution
     assert results[0].status == "crash"
     assert results[0].message.startswith(
         "process 1 of 2: the process running the solution ended (exit status 3)"

@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -30,6 +31,12 @@ ROUNDING = {
     # partial sums inside XLA's CPU all-reduce; the cluster's all-reduce goes through
     # gloo, which adds them in another order.
     "shard_map_psum": "a float sum across devices, added in another order by gloo",
+    # Measured: pmean's case 7 differs in the last bits, for the same reason. The other
+    # two add floats across devices the same way (gloo's reduce-scatter, the earlier
+    # blocks' totals), so their bits may differ too.
+    "shard_map_pmean": "a float mean across devices, added in another order by gloo",
+    "shard_map_psum_scatter": "float sums across devices, added in another order by gloo",
+    "shard_map_axis_index": "the earlier blocks' float totals, added across devices by gloo",
 }
 
 EVERY_CASE = """\
@@ -118,10 +125,15 @@ def test_every_reference_gives_the_same_bits_on_2_processes_as_on_one(tmp_path, 
         (on_one, devices_one), (on_two, devices_two) = one[key], two[key]
         assert devices_two == devices_one, f"{key}: split over other devices"
         assert (on_two.shape, on_two.dtype) == (on_one.shape, on_one.dtype), key
-        if key[0] in ROUNDING and on_one.dtype.kind == "f":
+        if key[0] in ROUNDING and jnp.issubdtype(on_one.dtype, jnp.inexact):  # bfloat16 too
             problem = PROBLEMS[key[0]]
+            rtol, atol = problem.tolerance(problem.cases[key[1]], on_one.dtype)
             np.testing.assert_allclose(
-                on_two, on_one, rtol=problem.rtol, atol=problem.atol, err_msg=str(key)
+                on_two.astype(np.float64),
+                on_one.astype(np.float64),
+                rtol=rtol,
+                atol=atol,
+                err_msg=str(key),
             )
         else:
             assert on_two.tobytes() == on_one.tobytes(), f"{key}: different bits"
