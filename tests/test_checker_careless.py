@@ -299,9 +299,13 @@ def test_x64_turned_on_by_the_file_does_not_change_the_expected_dtype(tmp_path):
 def test_right_values_without_the_technique_get_their_own_verdict(tmp_path, problem, body, message):
     report = check(problem, write(tmp_path, body), devices=(1,), seed=0)
     (run,) = report.runs
-    assert {r.status for r in run.results} == {"technique"}
+    # An empty output shows no technique, and the checker asks none of it (x=float32[0]).
+    flagged = [r for r in run.results if r.status == "technique"]
+    others = [r for r in run.results if r.status != "technique"]
+    assert all(r.status == "pass" and r.arguments.endswith("[0]") for r in others), str(report)
+    assert len(flagged) >= len(run.results) - 2, str(report)
     assert message in str(report)
-    assert f"{len(run.results)} cases" in str(report)  # one mistake, reported once
+    assert f"{len(flagged)} cases" in str(report)  # one mistake, reported once
 
 
 def test_a_replicated_output_where_a_split_one_is_asked_for_gets_a_placement_verdict(tmp_path):
