@@ -875,8 +875,11 @@ class _Follow:
         )
         self._stop_with("crash", self._who(process) + message)
 
-    def _stop_with(self, status: str, message: str) -> None:
-        if self.phase != "running" or self.current is None:
+    def _stop_with(self, status: str, message: str, *, running: bool | None = None) -> None:
+        # ``running``: whether the process that failed was past loading. On a cluster it
+        # can be, and fail its first case, while another process is still loading.
+        running = self.phase == "running" if running is None else running
+        if not running or self.current is None:
             self.outcome.load_error = self.outcome.load_error or message
         else:
             self.outcome.stopped = (self.current, status, message)
@@ -939,9 +942,10 @@ class _Follow:
                 who + "a collective that not every device reached: XLA stopped the process "
                 "after waiting for the devices that never called it (a psum inside an if, or a "
                 "different number of collectives per device?)",
+                running=True,
             )
         elif any(sign in tail for sign in MEMORY_SIGNS):
-            self._stop_with("memory", _memory_message(who + tail.splitlines()[-1]))
+            self._stop_with("memory", _memory_message(who + tail.splitlines()[-1]), running=True)
         else:
             message = who + (
                 f"the process running the solution ended ({how}) during this case"
@@ -950,7 +954,7 @@ class _Follow:
             )
             if len(self.processes) > 1:
                 message += "\n(Every process of the cluster was stopped.)"
-            self._stop_with("crash", message)
+            self._stop_with("crash", message, running=True)
 
 
 _PHASES = ["starting", "loading", "running"]
