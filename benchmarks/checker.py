@@ -12,13 +12,15 @@ Targets: (a) under 10 s, (b), (c) and (d) under 45 s, on a quiet machine. The sl
 case of (a), compilation and tracing included, is what ``DEFAULT_TIMEOUT`` must leave
 room for.
 
-Run it with ``nox -s bench`` or ``python benchmarks/checker.py``.
+Run it with ``nox -s bench`` or ``python benchmarks/checker.py [PROBLEM ...]`` (default:
+every problem).
 """
 
 from __future__ import annotations
 
 import inspect
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -45,7 +47,8 @@ def main() -> None:
     columns = ["(a) reference", "slowest case", "(b) hangs", "(c) crashes", "(d) allocates"]
     print(f"{'problem':<20}" + "".join(f"{c:>15}" for c in columns))
     with tempfile.TemporaryDirectory() as scratch:
-        for name, problem in PROBLEMS.items():
+        for name in sys.argv[1:] or list(PROBLEMS):
+            problem = PROBLEMS[name]
             parameters = ", ".join(inspect.signature(problem.reference).parameters)
             reference = check(name, problem.reference)
             slowest = max(r.seconds for run in reference.runs for r in run.results)
