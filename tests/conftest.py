@@ -19,15 +19,30 @@ hypothesis.settings.load_profile("jax")
 
 
 def check_against_oracle(problem: Problem, case: Case, received: object) -> None:
-    """Assert ``received`` has the oracle's shape, dtype and values for ``case``."""
+    """Assert ``received`` has the oracle's shape, dtype and values for ``case``.
+
+    For a problem with several outputs (``problem.outputs``), each one in turn.
+    """
     expected = problem.expected(case)
+    if problem.outputs:
+        assert isinstance(received, tuple), f"{case.label}: not a tuple"
+        assert len(received) == len(problem.outputs), f"{case.label}: {len(received)} outputs"
+        for name, want, got in zip(problem.outputs, expected, received, strict=True):
+            _check_array(problem, case, want, got, f"{case.label}, {name}")
+    else:
+        _check_array(problem, case, expected, received, case.label)
+
+
+def _check_array(
+    problem: Problem, case: Case, expected: np.ndarray, received: object, label: str
+) -> None:
     received = np.asarray(received)
-    assert received.shape == expected.shape, f"{case.label}: shape"
-    assert received.dtype == expected.dtype, f"{case.label}: dtype"
+    assert received.shape == expected.shape, f"{label}: shape"
+    assert received.dtype == expected.dtype, f"{label}: dtype"
     rtol, atol = problem.tolerance(case, expected.dtype)  # exact for ints, wider for bf16
     close = np.isclose(precise(received), precise(expected), rtol=rtol, atol=atol, equal_nan=True)
     assert close.all(), (
-        f"{case.label}: {np.count_nonzero(~close)} differ, e.g. received "
+        f"{label}: {np.count_nonzero(~close)} differ, e.g. received "
         f"{received[~close][:3]}, expected {expected[~close][:3]}"
     )
 

@@ -24,7 +24,7 @@ def test_each_problem_is_named_after_its_function_and_module(name):
     assert problem.name == name == problem.reference.__name__
     assert problem.reference.__module__ == f"shard_tutorial.problems.{name}"
     assert getattr(shard_tutorial, name) is problem.reference
-    assert problem.folder in ("problems", "collectives")  # Part I, Part II
+    assert problem.folder in ("problems", "collectives", "training")  # Parts I, II, III
     assert problem.page == f"{problem.folder}/" + name.replace("_", "-")
     assert (Path(__file__).parents[1] / "docs" / f"{problem.page}.md").is_file()
 
@@ -190,7 +190,8 @@ def test_the_registry_lists_every_problem_in_reading_order_and_loads_on_demand()
         "shard_map_all_to_all",
         "shard_map_axis_index",
     ]
+    order += ["data_parallel_sgd_step", "fsdp_sgd_step", "tensor_parallel_mlp"]  # Part III
     assert out.stdout.strip() == f"{order} [] ['shard_tutorial.problems.shard_map_psum']"
-    assert len(PROBLEMS) == 10
+    assert len(PROBLEMS) == len(order)
     with pytest.raises(KeyError):
         PROBLEMS["nope"]

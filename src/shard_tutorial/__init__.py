@@ -32,7 +32,13 @@ _LAZY = {
     "check": "shard_tutorial.checker",
     "data_mesh": "shard_tutorial.meshes",
     "data_mesh_for": "shard_tutorial.meshes",
+    "data_model_mesh": "shard_tutorial.meshes",
+    "data_model_shape": "shard_tutorial.meshes",
+    "MODEL_AXIS": "shard_tutorial.meshes",
     "data_parallel_forward": "shard_tutorial.problems.shard_map_simulate",
+    "data_parallel_sgd_step": "shard_tutorial.problems.data_parallel_sgd_step",
+    "fsdp_sgd_step": "shard_tutorial.problems.fsdp_sgd_step",
+    "tensor_parallel_mlp": "shard_tutorial.problems.tensor_parallel_mlp",
     "get_problem": "shard_tutorial.problems",
     "join_cluster": "shard_tutorial.launcher",
     "launch": "shard_tutorial.launcher",
@@ -54,11 +60,16 @@ _LAZY = {
 
 __all__ = [
     "DATA_AXIS",
+    "MODEL_AXIS",
     "PROBLEMS",
     "check",
     "data_mesh",
     "data_mesh_for",
+    "data_model_mesh",
+    "data_model_shape",
     "data_parallel_forward",
+    "data_parallel_sgd_step",
+    "fsdp_sgd_step",
     "get_problem",
     "join_cluster",
     "launch",
@@ -73,6 +84,7 @@ __all__ = [
     "shard_map_psum_scatter",
     "shard_map_simulate",
     "shard_map_vs_vmap",
+    "tensor_parallel_mlp",
     "usable_device_count",
     "use_cpu_devices",
 ]
@@ -97,12 +109,17 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from shard_tutorial.launcher import join_cluster, launch
     from shard_tutorial.meshes import (
         DATA_AXIS,
+        MODEL_AXIS,
         data_mesh,
         data_mesh_for,
+        data_model_mesh,
+        data_model_shape,
         place,
         usable_device_count,
     )
     from shard_tutorial.problems import PROBLEMS, get_problem
+    from shard_tutorial.problems.data_parallel_sgd_step import data_parallel_sgd_step
+    from shard_tutorial.problems.fsdp_sgd_step import fsdp_sgd_step
     from shard_tutorial.problems.shard_map_all_gather import shard_map_all_gather
     from shard_tutorial.problems.shard_map_all_to_all import shard_map_all_to_all
     from shard_tutorial.problems.shard_map_axis_index import shard_map_axis_index
@@ -116,3 +133,4 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         shard_map_simulate,
     )
     from shard_tutorial.problems.shard_map_vs_vmap import shard_map_vs_vmap
+    from shard_tutorial.problems.tensor_parallel_mlp import tensor_parallel_mlp

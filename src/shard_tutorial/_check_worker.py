@@ -19,6 +19,10 @@ of its own) cannot be mistaken for a report:
   solution returned (see :func:`describe_output`), or ``{"event": "raised", "case":
   i, "message": ..., "memory": bool}``;
 - ``{"event": "done"}`` at the end.
+
+Before the first case, the arguments are laid out as the problem's contract says they
+arrive (:attr:`~shard_tutorial.problem.Problem.arrange`, named in the request as
+``"module:function"`` and imported once JAX has its devices).
 """
 
 from __future__ import annotations
@@ -206,13 +210,22 @@ def primitives_of(function: Callable[..., Any], args: tuple[Any, ...]) -> list[s
     return sorted(found)
 
 
+MAX_ITEMS = 16  # items of a returned tuple or list described one by one
+
+
 def describe_output(value: object, shards: bool = False) -> tuple[dict[str, Any], bytes]:
     """What the solution returned, as plain data (a JSON header) and its values' bytes.
 
     The header says what ``value`` is (``"kind"``: ``"jax.Array"``, ``"numpy"``, a
     Python type's name), and for arrays their ``dtype``, ``shape`` and, for a
     ``jax.Array``, its layout: ``split`` (for each axis, how many blocks the
-    devices hold) and ``devices`` (how many hold a part).
+    devices hold) and ``devices`` (how many hold a part). ``"replicas_differ":
+    true`` is added when two devices hold different values for the same block
+    (an output that ``out_specs`` calls replicated but that the devices computed
+    differently, which ``check_vma=False`` lets through).
+
+    A tuple or a list (of at most :data:`MAX_ITEMS` items) has ``"items"``: each
+    item's header, with its ``nbytes``; their bytes follow one another.
 
     With ``shards`` (a process of a cluster, which may not see a ``jax.Array``
     whole), the values of a ``jax.Array`` are those of the shards this process
@@ -229,12 +242,30 @@ def describe_output(value: object, shards: bool = False) -> tuple[dict[str, Any]
       {'kind': 'jax.Array', 'dtype': 'float32', 'shape': [3], 'split': [1], 'devices': 1}
       >>> len(values)
       12
-      >>> describe_output([1, 2])
-      ({'kind': 'list', 'length': 2}, b'')
+      >>> describe_output([1, 2])[0]["items"]
+      [{'kind': 'int', 'repr': '1', 'nbytes': 0}, {'kind': 'int', 'repr': '2', 'nbytes': 0}]
+      >>> header, values = describe_output((jnp.ones(2), jnp.zeros(())))
+      >>> [item["shape"] for item in header["items"]], len(values)
+      ([[2], []], 12)
       >>> header, values = describe_output(jnp.arange(3.0), shards=True)
       >>> header["shards"], header["device_ids"], len(values)
       ([{'index': [[0, 3]], 'nbytes': 12}], [0], 12)
     """
+    if isinstance(value, list | tuple) and len(value) <= MAX_ITEMS:
+        header: dict[str, Any] = {"kind": type(value).__name__, "length": len(value)}
+        items, chunks = [], []
+        for item in value:
+            item_header, data = _describe_one(item, shards)
+            item_header["nbytes"] = len(data)
+            items.append(item_header)
+            chunks.append(data)
+        header["items"] = items
+        return header, b"".join(chunks)
+    return _describe_one(value, shards)
+
+
+def _describe_one(value: object, shards: bool) -> tuple[dict[str, Any], bytes]:
+    """:func:`describe_output` of a value that is not described item by item."""
     import jax  # noqa: PLC0415
     import numpy as np  # noqa: PLC0415
 
@@ -251,6 +282,8 @@ def describe_output(value: object, shards: bool = False) -> tuple[dict[str, Any]
         }
         if shards:
             return _describe_shards(value, header)
+        if _replicas_differ(value):
+            header["replicas_differ"] = True
         array = np.asarray(value)
     elif isinstance(value, np.ndarray | np.generic) and value.dtype != object:
         array = np.asarray(value)
@@ -269,25 +302,56 @@ def describe_output(value: object, shards: bool = False) -> tuple[dict[str, Any]
     return header, np.ascontiguousarray(array).tobytes()
 
 
+def _block_index(shard: Any, shape: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+    """Where a shard's block lies in its array: ``(start, stop)`` per axis."""
+    return tuple(tuple(part.indices(n)[:2]) for part, n in zip(shard.index, shape, strict=True))
+
+
+def _replicas_differ(value: Any) -> bool:
+    """Whether two of the shards this process holds are copies of one block with other values."""
+    import numpy as np  # noqa: PLC0415
+
+    if len(value.sharding.device_set) <= 1:
+        return False
+    seen: dict[tuple[tuple[int, int], ...], bytes] = {}
+    for shard in value.addressable_shards:
+        index = _block_index(shard, tuple(value.shape))
+        data = np.ascontiguousarray(np.asarray(shard.data)).tobytes()
+        if seen.setdefault(index, data) != data:
+            return True
+    return False
+
+
 def _describe_shards(value: Any, header: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
     """``header`` completed with the shards this process holds, and their bytes."""
     import numpy as np  # noqa: PLC0415
 
     header["device_ids"] = sorted(device.id for device in value.sharding.device_set)
-    seen: set[tuple[tuple[int, int], ...]] = set()
+    seen: dict[tuple[tuple[int, int], ...], bytes] = {}
     described, chunks = [], []
     for shard in value.addressable_shards:
-        index = tuple(
-            tuple(part.indices(n)[:2]) for part, n in zip(shard.index, value.shape, strict=True)
-        )
-        if index in seen:  # a replica of a block already sent
-            continue
-        seen.add(index)
+        index = _block_index(shard, tuple(value.shape))
         data = np.ascontiguousarray(np.asarray(shard.data)).tobytes()
+        if index in seen:  # a replica of a block already sent
+            if seen[index] != data:
+                header["replicas_differ"] = True
+            continue
+        seen[index] = data
         described.append({"index": [list(pair) for pair in index], "nbytes": len(data)})
         chunks.append(data)
     header["shards"] = described
     return header, b"".join(chunks)
+
+
+def _resolve(name: str) -> Callable[..., Any]:
+    """The function ``"module:qualname"`` names, imported now (after JAX has its devices)."""
+    import importlib  # noqa: PLC0415
+
+    module, _, qualname = name.partition(":")
+    found: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        found = getattr(found, part)
+    return found  # type: ignore[no-any-return]
 
 
 def _join_cluster(cluster: dict[str, Any]) -> None:
@@ -340,6 +404,9 @@ def main() -> int:
         tuple(jnp.asarray(a) if isinstance(a, np.ndarray) else a for a in args)
         for args in request["cases"]
     ]
+    if request.get("arrange"):  # the problem lays its inputs out, e.g. a weight split
+        arrange = _resolve(request["arrange"])
+        cases = [arrange(args) for args in cases]
     block, perf_counter = jax.block_until_ready, time.perf_counter
     sys.path.insert(0, str(Path.cwd()))
     emit(event="loading")

@@ -655,7 +655,7 @@ class _Check:
                     )
                 finally:
                     os.close(write_end)  # the worker holds its own copy
-            return _Follow(self, workers, channels, outputs).events(start)
+            return _Follow(self, workers, channels, outputs, devices).events(start)
 
     def _start_worker(
         self,
@@ -674,6 +674,7 @@ class _Check:
             "fd": fd,
             "trace": bool(self.problem.techniques),
             "cluster": cluster,
+            "arrange": _qualified(self.problem.arrange),
         }
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         with output.open("wb") as sink:
@@ -702,6 +703,13 @@ class _Check:
         return process
 
 
+def _qualified(function: Callable[..., Any] | None) -> str | None:
+    """``"module:qualname"`` of a module-level function, for a worker to import it by."""
+    if function is None:
+        return None
+    return f"{function.__module__}:{function.__qualname__}"
+
+
 def _close_all(channels: list[int]) -> None:
     """Close the read ends of the workers' pipes."""
     for channel in channels:
@@ -721,8 +729,9 @@ class _Follow:
         processes: list[subprocess.Popen[bytes]],
         channels: list[int],
         outputs: list[Path],
+        devices: int,
     ) -> None:
-        self.check, self.processes = check, processes
+        self.check, self.processes, self.devices = check, processes, devices
         self.channels, self.outputs = channels, outputs
         count = len(processes)
         self.outcome = _Outcome({})
@@ -856,12 +865,12 @@ class _Follow:
                 status, message = "memory", _memory_message(message)
         elif len(answers) == 1:
             event, payload = answers[0]
-            status, message = _judge(self.check, index, event["output"], payload)
+            status, message = _judge(self.check, index, event["output"], payload, self.devices)
             seconds = float(event["seconds"])
         else:
             status, message = _judge_cluster(
                 self.check, index, [answers[p][0]["output"] for p in sorted(answers)],
-                [answers[p][1] for p in sorted(answers)],
+                [answers[p][1] for p in sorted(answers)], self.devices,
             )  # fmt: skip
             seconds = max(float(answers[p][0]["seconds"]) for p in answers)
         label, arguments = self.check.describe(index)
@@ -961,45 +970,110 @@ _PHASES = ["starting", "loading", "running"]
 
 
 def _judge_cluster(
-    check: _Check, index: int, outputs: list[dict[str, Any]], payloads: list[bytes]
+    check: _Check,
+    index: int,
+    outputs: list[dict[str, Any]],
+    payloads: list[bytes],
+    devices: int,
 ) -> tuple[str, str]:
     """The verdict on case ``index`` from what each process of a cluster returned.
 
     Arrays are put back together from every process' shards (no collective ran to
-    gather them) and judged as one; anything else is judged process by process.
+    gather them) and judged as one, item by item for a tuple; anything else is
+    judged process by process.
     """
+    names = check.problem.outputs
+    lengths = {len(o.get("items", ())) for o in outputs}
+    if names and all("items" in o for o in outputs) and len(lengths) == 1:
+        parts = [_items(o, p) for o, p in zip(outputs, payloads, strict=True)]
+        combined = [
+            _combine([o["items"][k] for o in outputs], [p[k] for p in parts])
+            for k in range(lengths.pop())
+        ]
+        for k, result in enumerate(combined):
+            if isinstance(result, str):
+                return "fail", f"{names[k] if k < len(names) else f'item {k}'}: {result}"
+        if all(result is not None for result in combined):
+            items = [result for result in combined if isinstance(result, tuple)]
+            header = {**outputs[0], "items": [item for item, _ in items]}
+            return _judge(check, index, header, b"".join(data for _, data in items), devices)
+    elif not names:
+        result = _combine(outputs, payloads)
+        if isinstance(result, str):
+            return "fail", result
+        if result is not None:
+            return _judge(check, index, result[0], result[1], devices)
     count = len(outputs)
-    if all(o["kind"] == "jax.Array" and "shards" in o for o in outputs):
-        placed = {tuple(o["device_ids"]) for o in outputs}
-        if len(placed) > 1 and all(len(o["device_ids"]) == 1 for o in outputs):
-            # Unsharded: each process computed the whole output on one of its devices.
-            verdicts = [
-                _judge(check, index, o, _assemble(o, [o], [p]))
-                for o, p in zip(outputs, payloads, strict=True)
-            ]
-            for process, (status, message) in enumerate(verdicts):
-                if status != "pass":
-                    return status, f"process {process} of {count}: {message}"
-            return verdicts[0]
-        if len(placed) > 1:
-            return "fail", (
-                "each process returned an array of its own, on its own devices only, not "
-                "one array over the cluster's devices: build the mesh from jax.devices() (the devices of "
-                "every process), not jax.local_devices()"
-            )
-        first = outputs[0]
-        if any((o["dtype"], o["shape"]) != (first["dtype"], first["shape"]) for o in outputs):
-            return "fail", "the processes returned arrays of different shapes or dtypes"
+    for process, (output, payload) in enumerate(zip(outputs, payloads, strict=True)):
         try:
-            assembled = _assemble(first, outputs, payloads)
+            status, message = _judge(check, index, *_own(output, payload), devices)
         except _Disagree as error:
-            return "fail", str(error)
-        return _judge(check, index, first, assembled)
-    verdicts = [_judge(check, index, o, p) for o, p in zip(outputs, payloads, strict=True)]
-    for process, (status, message) in enumerate(verdicts):
+            status, message = "fail", str(error)
         if status != "pass":
             return status, f"process {process} of {count}: {message}"
-    return verdicts[0]
+    return "pass", ""
+
+
+def _items(output: dict[str, Any], payload: bytes) -> list[bytes]:
+    """The bytes of each item of a tuple or list a worker described."""
+    parts, offset = [], 0
+    for item in output["items"]:
+        size = int(item["nbytes"])
+        parts.append(payload[offset : offset + size])
+        offset += size
+    if offset != len(payload):
+        raise ValueError(offset)
+    return parts
+
+
+def _combine(
+    outputs: list[dict[str, Any]], payloads: list[bytes]
+) -> tuple[dict[str, Any], bytes] | str | None:
+    """One array from every process' shards of it.
+
+    Returns:
+      The array's header and bytes; or a sentence saying why the shards do not
+      make one array; or None when each process returned an array of its own on
+      one of its devices (or something that is not a ``jax.Array``), to be judged
+      process by process.
+    """
+    if not all(o["kind"] == "jax.Array" and "shards" in o for o in outputs):
+        return None
+    placed = {tuple(o["device_ids"]) for o in outputs}
+    if len(placed) > 1 and all(len(o["device_ids"]) == 1 for o in outputs):
+        return None  # unsharded: each process computed the whole output on one of its devices
+    if len(placed) > 1:
+        return (
+            "each process returned an array of its own, on its own devices only, not "
+            "one array over the cluster's devices: build the mesh from jax.devices() (the devices of "
+            "every process), not jax.local_devices()"
+        )
+    first = outputs[0]
+    if any((o["dtype"], o["shape"]) != (first["dtype"], first["shape"]) for o in outputs):
+        return "the processes returned arrays of different shapes or dtypes"
+    try:
+        assembled = _assemble(first, outputs, payloads)
+    except _Disagree as error:
+        return str(error)
+    header = {key: value for key, value in first.items() if key not in {"shards", "device_ids"}}
+    if any(o.get("replicas_differ") for o in outputs):
+        header["replicas_differ"] = True
+    return header, assembled
+
+
+def _own(output: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
+    """One process' answer, to judge on its own: its arrays made whole from its shards.
+
+    Raises:
+      _Disagree: if the process does not hold the whole of an array.
+    """
+    if output.get("kind") == "jax.Array" and "shards" in output:
+        return output, _assemble(output, [output], [payload])
+    if "items" in output:
+        owned = [_own(item, part) for item, part in zip(output["items"], _items(output, payload), strict=True)]
+        items = [{**item, "nbytes": len(data)} for item, data in owned]
+        return {**output, "items": items}, b"".join(data for _, data in owned)
+    return output, payload
 
 
 class _Disagree(ValueError):
@@ -1041,26 +1115,55 @@ class _Cancelled(Exception):
     """The check was interrupted (Ctrl-C): its workers are killed, nothing is reported."""
 
 
-def _judge(check: _Check, index: int, output: dict[str, Any], payload: bytes) -> tuple[str, str]:
-    """The verdict on what a solution returned for case ``index``: status and message."""
+def _judge(
+    check: _Check, index: int, output: dict[str, Any], payload: bytes, devices: int
+) -> tuple[str, str]:
+    """The verdict on what a solution returned for case ``index``: status and message.
+
+    ``devices`` is the run's device count, which decides the layout asked for.
+    """
     problem, case = check.problem, check.cases[index]
-    kind = output["kind"]
-    if kind not in {"jax.Array", "numpy"}:
-        return "fail", _not_an_array(output)
-    received = _array(output, payload)
+    names = problem.outputs
+    if names:
+        wanted = f"the tuple ({', '.join(names)})"
+        if "items" not in output:
+            return "fail", _not_an_array(output).split(", not an array")[0] + f", not {wanted}"
+        if len(output["items"]) != len(names):
+            return "fail", (
+                f"returned a {output['kind']} of {len(output['items'])} items, not {wanted}"
+            )
+        labelled = list(zip(names, output["items"], _items(output, payload), strict=True))
+    else:
+        labelled = [("", output, payload)]
+    arrays = []
+    for name, item, data in labelled:
+        if item["kind"] not in {"jax.Array", "numpy"}:
+            return "fail", _named(name, _not_an_array(item))
+        arrays.append(_array(item, data))
+    received: Any = tuple(arrays) if names else arrays[0]
     with jax.enable_x64(False):  # the expected dtypes are JAX's defaults, whatever the caller's
         diagnosis = problem.diagnose(case, received)
+    differ = [name or "the output" for name, item, _ in labelled if item.get("replicas_differ")]
+    if differ:
+        return "fail", (
+            f"the devices hold different values for {' and '.join(differ)}, which the output's "
+            "sharding says every device holds a copy of: each device computed its own (with "
+            "check_vma=False, out_specs=P() is not checked). The values on the first device: "
+            + (diagnosis or "right")
+        )
     if diagnosis is not None:
         return "fail", diagnosis
-    if kind == "numpy":
-        return "fail", (
-            "right values, but a NumPy array, not a jax.Array: the answer was brought to "
-            "the host; return the array JAX computed, still on its devices"
-        )
+    for name, item, _ in labelled:
+        if item["kind"] == "numpy":
+            return "fail", _named(name, (
+                "right values, but a NumPy array, not a jax.Array: the answer was brought to "
+                "the host; return the array JAX computed, still on its devices"
+            ))  # fmt: skip
     primitives = output.get("primitives")
     # An empty output shows no technique: there is nothing to compute or communicate, and
     # XLA cannot exchange empty blocks, so a right answer may skip shard_map altogether.
-    techniques = problem.techniques if math.prod(output["shape"]) else ()
+    size = sum(math.prod(item["shape"]) for _, item, _ in labelled)
+    techniques = problem.techniques if size else ()
     for technique in techniques:
         if not isinstance(primitives, list):
             return "technique", (
@@ -1069,13 +1172,21 @@ def _judge(check: _Check, index: int, output: dict[str, Any], payload: bytes) ->
             )
         if not technique.shown_by(primitives):
             return "technique", technique.missing
-    if problem.placement is not None:
-        wrong = problem.placement.diagnose(
-            tuple(output["shape"]), tuple(output["split"]), int(output["devices"])
+    for (name, item, _), placement in zip(labelled, problem.placements(), strict=True):
+        if placement is None:
+            continue
+        blocks = None if placement.blocks is None else placement.blocks(case.args, devices)
+        wrong = placement.diagnose(
+            tuple(item["shape"]), tuple(item["split"]), int(item["devices"]), blocks
         )
         if wrong is not None:
-            return "placement", wrong
+            return "placement", _named(name, wrong)
     return "pass", ""
+
+
+def _named(name: str, message: str) -> str:
+    """``message`` about the output called ``name`` (nothing added for a lone output)."""
+    return f"{name}: {message}" if name else message
 
 
 def _array(output: dict[str, Any], payload: bytes) -> np.ndarray:

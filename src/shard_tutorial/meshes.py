@@ -27,12 +27,24 @@ import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding
 
-__all__ = ["DATA_AXIS", "data_mesh", "data_mesh_for", "place", "usable_device_count"]
+__all__ = [
+    "DATA_AXIS",
+    "MODEL_AXIS",
+    "data_mesh",
+    "data_mesh_for",
+    "data_model_mesh",
+    "data_model_shape",
+    "place",
+    "usable_device_count",
+]
 
 T = TypeVar("T")
 
 DATA_AXIS = "data"
 """Name of the mesh axis that the batch (leading) axis of the data is split over."""
+
+MODEL_AXIS = "model"
+"""Name of the mesh axis that a model's hidden units are split over (tensor parallelism)."""
 
 
 def usable_device_count(length: int, available: int | None = None) -> int:
@@ -93,7 +105,7 @@ def data_mesh(length: int) -> Mesh:
     return _mesh_of(usable_device_count(length))
 
 
-def data_mesh_for(x: jax.Array, *operands: object) -> Mesh:
+def data_mesh_for(x: jax.Array, *operands: object, length: int | None = None) -> Mesh:
     """The mesh to split ``x``'s axis 0 over: :func:`data_mesh`, or its Auto twin when traced.
 
     Called on concrete arrays (NumPy or ``jax.Array``), this is
@@ -120,6 +132,9 @@ def data_mesh_for(x: jax.Array, *operands: object) -> Mesh:
       x: the array whose axis 0 is split; it decides the mesh size.
       *operands: the function's other inputs (arrays or pytrees such as an
         ``nnx.State``), looked at only to tell whether the call is traced.
+      length: the length the mesh must divide, if not ``x.shape[0]``: e.g.
+        ``math.gcd`` of the batch and a weight's rows, when both are split
+        over ``"data"`` (fully-sharded data parallelism).
 
     Returns:
       A 1-D :class:`jax.sharding.Mesh` with axis ``"data"`` over the first
@@ -143,9 +158,8 @@ def data_mesh_for(x: jax.Array, *operands: object) -> Mesh:
     """
     traced = any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves((x, operands)))
     explicit = not traced or _has_explicit_mesh(x)
-    return _mesh_of(
-        usable_device_count(x.shape[0]), AxisType.Explicit if explicit else AxisType.Auto
-    )
+    size = usable_device_count(x.shape[0] if length is None else length)
+    return _mesh_of(size, AxisType.Explicit if explicit else AxisType.Auto)
 
 
 def _has_explicit_mesh(x: jax.Array) -> bool:
@@ -160,6 +174,91 @@ def _mesh_of(num_devices: int, axis_type: AxisType = AxisType.Explicit) -> Mesh:
         (DATA_AXIS,),
         axis_types=(axis_type,),
         devices=jax.devices()[:num_devices],
+    )
+
+
+def data_model_shape(batch: int, hidden: int, available: int | None = None) -> tuple[int, int]:
+    """How many devices a 2-D ``("data", "model")`` mesh puts on each axis.
+
+    ``"data"`` must divide ``batch`` and ``"model"`` must divide ``hidden``. Of
+    the shapes that allow, the one that uses the most devices wins; then one
+    with both axes above 1, so both kinds of parallelism show; then the one with
+    the larger ``"model"`` axis. On 8 devices a batch of 16 and 32 hidden units
+    give 2 x 4; any shapes give some mesh, 1 x 1 at worst.
+
+    Args:
+      batch: rows of the input, split over ``"data"``; at least 0.
+      hidden: hidden units of the layer, split over ``"model"``; at least 0.
+      available: how many devices there are; defaults to ``jax.device_count()``.
+
+    Returns:
+      ``(data, model)``, with ``data * model <= available``.
+
+    Raises:
+      ValueError: if ``batch`` or ``hidden`` is negative, or ``available`` below 1.
+
+    Examples:
+      >>> from shard_tutorial import data_model_shape
+      >>> [data_model_shape(b, h, available=8) for b, h in [(16, 32), (6, 4), (5, 8), (7, 3)]]
+      [(2, 4), (2, 4), (1, 8), (7, 1)]
+      >>> data_model_shape(16, 32, available=1)
+      (1, 1)
+    """
+    if available is None:
+        available = jax.device_count()
+    for name, length in (("batch", batch), ("hidden", hidden)):
+        if length < 0:
+            msg = f"{name} must be at least 0, got {length}"
+            raise ValueError(msg)
+    if available < 1:
+        msg = f"available must be at least 1, got {available}"
+        raise ValueError(msg)
+    shapes = [
+        (data, model)
+        for data in range(1, available + 1)
+        for model in range(1, available // data + 1)
+        if batch % data == 0 and hidden % model == 0
+    ]
+    return max(shapes, key=lambda s: (s[0] * s[1], min(s) > 1, s[1]))
+
+
+def data_model_mesh(batch: int, hidden: int, *, traced: bool = False) -> Mesh:
+    """The 2-D mesh, axes ``("data", "model")``, for tensor parallelism on these shapes.
+
+    Its shape is :func:`data_model_shape`; it spans the first ``data * model``
+    devices, and is built once per shape. Like :func:`data_mesh_for`, a
+    function being traced (``traced=True``) gets Auto axes, so the mesh stays
+    out of its caller's types; otherwise the axes are Explicit.
+
+    Args:
+      batch: rows of the input, split over ``"data"``.
+      hidden: hidden units, split over ``"model"``.
+      traced: whether the caller is inside ``jax.jit``, ``jax.grad``...
+
+    Returns:
+      A :class:`jax.sharding.Mesh` with axes ``"data"`` and ``"model"``.
+
+    Examples:
+      On 8 devices:
+
+      >>> from shard_tutorial import data_model_mesh
+      >>> mesh = data_model_mesh(16, 32)
+      >>> dict(mesh.shape), [t.name for t in mesh.axis_types]
+      ({'data': 2, 'model': 4}, ['Explicit', 'Explicit'])
+      >>> dict(data_model_mesh(3, 5).shape)
+      {'data': 1, 'model': 5}
+    """
+    data, model = data_model_shape(batch, hidden)
+    return _mesh_2d(data, model, AxisType.Auto if traced else AxisType.Explicit)
+
+
+@functools.cache
+def _mesh_2d(data: int, model: int, axis_type: AxisType) -> Mesh:
+    return jax.make_mesh(
+        (data, model),
+        (DATA_AXIS, MODEL_AXIS),
+        axis_types=(axis_type, axis_type),
+        devices=jax.devices()[: data * model],
     )
 
 

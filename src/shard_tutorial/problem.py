@@ -129,6 +129,9 @@ class Placement:
     Attributes:
       axis: the output axis split over the devices, or None: every device
         holds the whole output (replicated, ``out_specs=P()``).
+      blocks: how many blocks ``axis`` is asked to be cut into, given a case's
+        arguments and the device count; when it says 1, any layout is right.
+        None: as many as the devices holding the output (a 1-D mesh).
 
     Examples:
       >>> from shard_tutorial.problem import Placement
@@ -139,19 +142,30 @@ class Placement:
     """
 
     axis: int | None
+    blocks: Callable[[tuple[Any, ...], int], int] | None = dataclasses.field(
+        default=None, repr=False
+    )
 
-    def diagnose(self, shape: Sequence[int], split: Sequence[int], devices: int) -> str | None:
+    def diagnose(
+        self,
+        shape: Sequence[int],
+        split: Sequence[int],
+        devices: int,
+        expected_blocks: int | None = None,
+    ) -> str | None:
         """What is wrong with an output's layout; None if it is as asked.
 
         Args:
           shape: the output's shape.
           split: for each axis of the output, how many blocks it is cut into.
           devices: how many devices hold a part of the output.
+          expected_blocks: what :attr:`blocks` says for the case, if known; at 1
+            nothing is judged, as the contract then allows every device the whole.
 
         Returns:
           None if the layout is right (or cannot be judged), else one sentence.
         """
-        if devices <= 1 or math.prod(shape) == 0:
+        if devices <= 1 or math.prod(shape) == 0 or expected_blocks == 1:
             return None
         split_axes = [i for i, n in enumerate(split) if n > 1]
         if self.axis is None:
@@ -198,7 +212,8 @@ class Problem:
       atol: absolute tolerance when comparing float32 results with the oracle.
       explain: recognises a problem's classic mistakes in a wrong answer:
         ``explain(case, expected, received)`` returns a sentence saying what the
-        answer looks like, or None. Called when the shape or the values differ,
+        answer looks like, or None (for a problem with :attr:`outputs`,
+        ``expected`` and ``received`` are tuples of arrays). Called when the shape or the values differ,
         never for a dtype difference (that diagnosis stands alone).
       imports: the import lines a solution's file starts with (see :meth:`starter`).
       generate: makes one fresh random case within the problem's contract from a
@@ -206,9 +221,19 @@ class Problem:
       techniques: what the solution's traced program must contain (see
         :class:`Technique`), judged once its values are right.
       placement: how the output must be laid out over the devices, judged once
-        its values are right; None: any layout.
+        its values are right; None: any layout. For a problem with
+        :attr:`outputs`, one entry (or None) per output.
       folder: the folder of the documentation its page is in: ``"problems"``
-        (Part I) or ``"collectives"`` (Part II, communication between devices).
+        (Part I), ``"collectives"`` (Part II, communication between devices) or
+        ``"training"`` (Part III, training across devices).
+      outputs: the names of the outputs when the function returns a tuple of
+        arrays, e.g. ``("w", "b")``; empty when it returns one array. The oracle
+        and :attr:`unsharded` then return tuples too, and every output is judged
+        on its own, by name.
+      arrange: lays a case's arguments out as the contract says they arrive
+        (e.g. a weight already split over the devices), before the solution is
+        called, in the checker's workers and the tests; None: as they are
+        (``jax.Array`` on the default device).
     """
 
     name: str
@@ -219,7 +244,7 @@ class Problem:
     unsharded: Callable[..., jax.Array] = dataclasses.field(repr=False)
     rtol: float = 1e-5
     atol: float = 1e-6
-    explain: Callable[[Case, np.ndarray, np.ndarray], str | None] | None = dataclasses.field(
+    explain: Callable[[Case, Any, Any], str | None] | None = dataclasses.field(
         default=None, repr=False
     )
     imports: tuple[str, ...] = (
@@ -234,8 +259,12 @@ class Problem:
         default=None, repr=False
     )
     techniques: tuple[Technique, ...] = ()
-    placement: Placement | None = None
+    placement: Placement | tuple[Placement | None, ...] | None = None
     folder: str = "problems"
+    outputs: tuple[str, ...] = ()
+    arrange: Callable[[tuple[Any, ...]], tuple[Any, ...]] | None = dataclasses.field(
+        default=None, repr=False
+    )
 
     @functools.cached_property
     def cases(self) -> tuple[Case, ...]:
@@ -253,7 +282,7 @@ class Problem:
         """The problem's page in the documentation, relative to the docs root."""
         return f"{self.folder}/" + self.name.replace("_", "-")
 
-    def expected(self, case: Case) -> np.ndarray:
+    def expected(self, case: Case) -> Any:
         """The oracle's answer for ``case``, in the dtype JAX gives.
 
         The oracle computes in NumPy, at 64-bit precision; the expected dtype is
@@ -266,7 +295,8 @@ class Problem:
           case: one of :attr:`cases`, or any case with this problem's arguments.
 
         Returns:
-          A NumPy array: the expected output.
+          A NumPy array: the expected output; for a problem with :attr:`outputs`,
+          a tuple of them, in that order.
 
         Examples:
           >>> import numpy as np
@@ -279,35 +309,76 @@ class Problem:
           >>> double.expected(Case("bf16", (np.ones(2, jnp.bfloat16),))).dtype
           dtype(bfloat16)
         """
+        dtypes = self.result_dtype(case)
         with np.errstate(invalid="ignore", over="ignore"):  # inf - inf is nan, as in JAX
-            out = np.asarray(self.oracle(*case.args))
-            return out.astype(self.result_dtype(case))
+            out = self.oracle(*case.args)
+        if self.outputs:
+            return tuple(
+                np.asarray(o).astype(d) for o, d in zip(out, dtypes, strict=True)
+            )
+        return np.asarray(out).astype(dtypes)
 
-    def result_dtype(self, case: Case) -> np.dtype:
+    def result_dtype(self, case: Case) -> Any:
         """The dtype of the answer to ``case``: that of :attr:`unsharded`, in the active mode.
 
         Args:
           case: a case of this problem.
 
         Returns:
-          A NumPy dtype (``bfloat16`` and the other ML dtypes included).
+          A NumPy dtype (``bfloat16`` and the other ML dtypes included); for a
+          problem with :attr:`outputs`, a tuple of them.
         """
         arrays = [i for i, a in enumerate(case.args) if isinstance(a, np.ndarray | jax.Array)]
 
-        def on_arrays(*values: jax.Array) -> jax.Array:
+        def on_arrays(*values: jax.Array) -> Any:
             args = list(case.args)
             for i, value in zip(arrays, values, strict=True):
                 args[i] = value
             return self.unsharded(*args)
 
         shape = jax.eval_shape(on_arrays, *(case.args[i] for i in arrays))
+        if self.outputs:
+            return tuple(np.dtype(leaf.dtype) for leaf in shape)
         return np.dtype(shape.dtype)
+
+    def placements(self) -> tuple[Placement | None, ...]:
+        """One :class:`Placement` (or None) per output: :attr:`placement`, spread out.
+
+        Examples:
+          >>> from shard_tutorial.problems import get_problem
+          >>> get_problem("shard_map_pmean").placements()
+          (Placement(axis=0),)
+        """
+        count = max(len(self.outputs), 1)
+        if isinstance(self.placement, tuple):
+            if len(self.placement) != count:
+                msg = f"{self.name}: {len(self.placement)} placements for {count} outputs"
+                raise ValueError(msg)
+            return self.placement
+        return (self.placement,) * count
+
+    def arranged(self, case: Case) -> tuple[Any, ...]:
+        """``case``'s arguments as a caller passes them, laid out as :attr:`arrange` says.
+
+        Returns:
+          The arguments, arrays as ``jax.Array``.
+
+        Examples:
+          >>> from shard_tutorial.problems import get_problem
+          >>> problem = get_problem("shard_map_double")
+          >>> problem.arranged(problem.cases[0])
+          (Array([1., 2.], dtype=float32),)
+        """
+        args = case.jax_args()
+        return args if self.arrange is None else self.arrange(args)
 
     def tolerance(self, case: Case, dtype: np.dtype) -> tuple[float, np.ndarray | float]:
         """``(rtol, atol)`` for comparing an answer of ``dtype`` to ``case`` with the oracle.
 
         Integers must be exact. float32 (and more precise) answers get
-        :attr:`rtol` and :attr:`atol`. A coarser float (``bfloat16``, ``float16``,
+        :attr:`rtol` and :attr:`atol`. For a problem with :attr:`outputs` (a
+        training step), a coarser float gets 4 units of its ``eps``, relative and
+        absolute. Otherwise a coarser float (``bfloat16``, ``float16``,
         the ``float8`` types) gets its own rounding: ``rtol`` of 2 units of its
         ``eps``, and per element an ``atol`` of 2 ``eps`` times the size of the
         terms that were added up (the oracle run on ``abs`` of the inputs: for a
@@ -340,6 +411,8 @@ class Problem:
         eps = float(jnp.finfo(dtype).eps)
         if eps <= float(jnp.finfo(jnp.float32).eps):
             return self.rtol, self.atol
+        if self.outputs:  # a training step: no sum of terms to scale by; 4 of its eps
+            return max(self.rtol, 4 * eps), max(self.atol, 4 * eps)
         with np.errstate(invalid="ignore", over="ignore"):  # inf and nan compare as equal
             sizes = self.oracle(*(np.abs(a) if isinstance(a, np.ndarray) else a for a in case.args))
             atol = np.maximum(self.atol, 2 * eps * np.abs(precise(sizes)))
@@ -379,33 +452,37 @@ class Problem:
           dtype: expected float32, received float64
         """
         expected = self.expected(case)
-        try:
-            got = np.asarray(received)
-        except Exception as error:  # noqa: BLE001 (anything a solution returns is reported)
-            return f"returned {type(received).__name__}, which is not an array: {error}"
-        if got.dtype == object:
-            return f"returned {type(received).__name__}, not an array of numbers"
-        if got.shape != expected.shape:
-            message = f"shape: expected {expected.shape}, received {got.shape}"
-        elif got.dtype != expected.dtype:
-            return f"dtype: expected {expected.dtype}, received {got.dtype}"
-        else:
-            rtol, atol = self.tolerance(case, expected.dtype)
-            close = np.isclose(
-                precise(got), precise(expected), rtol=rtol, atol=atol, equal_nan=True
-            )
-            if close.all():
-                return None
-            if expected.shape == ():
-                message = f"value: expected {_number(expected)}, received {_number(got)}"
-            else:
-                wrong = np.argwhere(~close)
-                first = tuple(int(i) for i in wrong[0])
-                message = (
-                    f"values: {len(wrong)} of {expected.size} differ; the first at index "
-                    f"{first[0] if len(first) == 1 else first}: expected "
-                    f"{_number(expected[first])}, received {_number(got[first])}"
-                )
+        if not self.outputs:
+            got = _as_numbers(received)
+            if isinstance(got, str):
+                return got
+            message, alone = _difference(expected, got, self.tolerance(case, expected.dtype))
+            if message is None or alone:
+                return message
+            return self._with_hint(case, expected, got, message)
+        names = self.outputs
+        wanted = f"the tuple ({', '.join(names)})"
+        if not isinstance(received, tuple | list):
+            return f"returned {type(received).__name__}, not {wanted}"
+        if len(received) != len(names):
+            return f"returned a {type(received).__name__} of {len(received)} items, not {wanted}"
+        gots, messages = [], []
+        for name, want, item in zip(names, expected, received, strict=True):
+            got = _as_numbers(item)
+            if isinstance(got, str):
+                return f"{name}: {got}"
+            message, alone = _difference(want, got, self.tolerance(case, want.dtype))
+            if message is not None and alone:
+                return f"{name}: {message}"
+            if message is not None:
+                messages.append(f"{name}: {message}")
+            gots.append(got)
+        if not messages:
+            return None
+        return self._with_hint(case, expected, tuple(gots), "; ".join(messages))
+
+    def _with_hint(self, case: Case, expected: Any, got: Any, message: str) -> str:
+        """``message``, then what the mistake looks like if :attr:`explain` recognises it."""
         try:
             hint = self.explain(case, expected, got) if self.explain else None
         except Exception:  # noqa: BLE001 (a hint is a bonus; never fail the diagnosis)
@@ -521,6 +598,45 @@ def first_block_only(expected: np.ndarray, received: np.ndarray, axis: int = 0) 
         f"The result is the first block only ({block} of {length}), as one device returns it: "
         'out_specs must put the blocks of all devices back together (P("data")), not P()'
     )
+
+
+def _as_numbers(value: object) -> np.ndarray | str:
+    """``value`` as a NumPy array of numbers, or a sentence saying why it is not one."""
+    try:
+        got = np.asarray(value)
+    except Exception as error:  # noqa: BLE001 (anything a solution returns is reported)
+        return f"returned {type(value).__name__}, which is not an array: {error}"
+    if got.dtype == object:
+        return f"returned {type(value).__name__}, not an array of numbers"
+    return got
+
+
+def _difference(
+    expected: np.ndarray, got: np.ndarray, tolerance: tuple[float, np.ndarray | float]
+) -> tuple[str | None, bool]:
+    """The first difference between two arrays, and whether it stands alone (a dtype).
+
+    Returns:
+      ``(None, False)`` if ``got`` is ``expected`` within ``tolerance``; else the
+      message, and True for a dtype difference, which no hint explains.
+    """
+    if got.shape != expected.shape:
+        return f"shape: expected {expected.shape}, received {got.shape}", False
+    if got.dtype != expected.dtype:
+        return f"dtype: expected {expected.dtype}, received {got.dtype}", True
+    rtol, atol = tolerance
+    close = np.isclose(precise(got), precise(expected), rtol=rtol, atol=atol, equal_nan=True)
+    if close.all():
+        return None, False
+    if expected.shape == ():
+        return f"value: expected {_number(expected)}, received {_number(got)}", False
+    wrong = np.argwhere(~close)
+    first = tuple(int(i) for i in wrong[0])
+    return (
+        f"values: {len(wrong)} of {expected.size} differ; the first at index "
+        f"{first[0] if len(first) == 1 else first}: expected "
+        f"{_number(expected[first])}, received {_number(got[first])}"
+    ), False
 
 
 def _number(value: np.ndarray | np.generic) -> str:

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["check_array", "require_whole_number"]
+__all__ = ["check_array", "check_floating", "require_finite_number", "require_whole_number"]
 
 
 def check_array(value: object, name: str, *, ndim: int, layout: str) -> None:
@@ -107,6 +107,85 @@ def require_whole_number(value: object, name: str, *, minimum: int | None = None
         msg = f"{name} must be {expected}, got {number!r}"
         raise ValueError(msg)
     return whole
+
+
+def check_floating(value: jax.Array | np.ndarray, name: str) -> None:
+    """Raise unless ``value`` holds floating-point numbers (``bfloat16`` and ``float16`` too).
+
+    Gradients exist only for floating-point inputs, so a training step refuses
+    integers and complex numbers with a message that names the argument.
+
+    Args:
+      value: an array that :func:`check_array` accepted.
+      name: the parameter's name, used in the message.
+
+    Raises:
+      TypeError: for any other dtype.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from shard_tutorial.validation import check_floating
+      >>> check_floating(jnp.ones(2, jnp.bfloat16), "w")
+      >>> check_floating(jnp.arange(2), "w")
+      Traceback (most recent call last):
+      ...
+      TypeError: w must hold floating-point numbers, got dtype int32; use w.astype(jnp.float32)
+    """
+    if not jnp.issubdtype(value.dtype, jnp.floating):
+        msg = (
+            f"{name} must hold floating-point numbers, got dtype {value.dtype}; "
+            f"use {name}.astype(jnp.float32)"
+        )
+        raise TypeError(msg)
+
+
+def require_finite_number(value: object, name: str) -> float | jax.Array:
+    """Return ``value`` as a ``float`` if it is a finite real number, else raise.
+
+    A learning rate, for example: a Python or NumPy number, or a 0-d array. A
+    value traced by ``jax.jit`` or ``jax.grad`` cannot be looked at, and is
+    returned as it is.
+
+    Args:
+      value: what the caller passed.
+      name: the parameter's name, used in the message.
+
+    Returns:
+      The value as a Python ``float`` (or the tracer, unchanged).
+
+    Raises:
+      TypeError: for a bool, a non-number or an array with more than one element.
+      ValueError: for nan or an infinity.
+
+    Examples:
+      >>> from shard_tutorial.validation import require_finite_number
+      >>> require_finite_number(1, "lr")
+      1.0
+      >>> require_finite_number(float("nan"), "lr")
+      Traceback (most recent call last):
+      ...
+      ValueError: lr must be a finite number, got nan
+      >>> require_finite_number("0.1", "lr")
+      Traceback (most recent call last):
+      ...
+      TypeError: lr must be a real number (a Python float), got str: '0.1'
+    """
+    if isinstance(value, jax.core.Tracer):
+        return value
+    number = value
+    if isinstance(value, jax.Array | np.ndarray) and value.shape == ():
+        number = value.item()
+    if isinstance(number, bool | np.bool_) or not isinstance(number, numbers.Real):
+        msg = (
+            f"{name} must be a real number (a Python float), got {type(value).__name__}: "
+            f"{_short_repr(value)}"
+        )
+        raise TypeError(msg)
+    real = float(number)
+    if not np.isfinite(real):
+        msg = f"{name} must be a finite number, got {real!r}"
+        raise ValueError(msg)
+    return real
 
 
 def _short_repr(value: object, limit: int = 60) -> str:

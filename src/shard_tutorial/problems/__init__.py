@@ -51,6 +51,10 @@ PROBLEMS: Mapping[str, Problem] = _Registry(
         "shard_map_psum_scatter",
         "shard_map_all_to_all",
         "shard_map_axis_index",
+        # Part III, training across devices:
+        "data_parallel_sgd_step",
+        "fsdp_sgd_step",
+        "tensor_parallel_mlp",
     )
 )
 """Every problem by name, in the site's reading order."""

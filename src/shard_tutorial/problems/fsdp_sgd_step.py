@@ -1,0 +1,196 @@
+"""Problem "Fully-sharded SGD": the data-parallel step with the weights split too.
+
+Data parallelism keeps a whole copy of every parameter, and of its gradient, on
+every device. Fully-sharded data parallelism (FSDP, ZeRO-3) splits the weights
+over the same devices as the batch: each device holds a block of rows of ``w``
+between steps. For the forward pass the blocks are gathered into the whole
+``w`` (``jax.lax.all_gather``); differentiating through that gather gives its
+transpose, a reduce-scatter (``psum_scatter``): each device receives the summed
+gradient of its own block of rows only, so no device ever keeps the whole
+gradient, and the update is done block by block.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from shard_tutorial.meshes import data_mesh, data_mesh_for, place, usable_device_count
+from shard_tutorial.problem import SHARD_MAP, Case, Placement, Problem
+from shard_tutorial.linear_regression import (
+    check_step_inputs,
+    explain_step,
+    make_case,
+    oracle_step,
+    unsharded_step,
+)
+
+__all__ = ["PROBLEM", "fsdp_sgd_step"]
+
+
+def fsdp_sgd_step(
+    w: jax.Array, b: jax.Array, x: jax.Array, y: jax.Array, lr: float
+) -> tuple[jax.Array, jax.Array]:
+    """One SGD step of linear regression, fully sharded: ``w``'s rows split like the batch.
+
+    The model, loss and step are those of ``data_parallel_sgd_step``. ``w``
+    arrives split over the devices along its first axis (``P("data", None)``)
+    and leaves split the same way; ``x`` and ``y`` are split by rows over the
+    same devices; ``b`` (small) is replicated. The devices used are as many as
+    divide both ``B`` and ``d_in`` (``data_mesh(math.gcd(B, d_in))``). Inside,
+    ``w`` is gathered whole for the forward pass only, and its gradient is
+    reduce-scattered back, so each device computes the update of its own rows.
+
+    Args:
+      w: weights, shape (d_in, d_out), floating-point; any layout is accepted.
+      b: bias, shape (d_out,), floating-point.
+      x: inputs, shape (B, d_in), B >= 1, floating-point.
+      y: targets, shape (B, d_out), floating-point.
+      lr: learning rate, a finite Python float.
+
+    Returns:
+      ``(w - lr * dL/dw, b - lr * dL/db)``: the new ``w`` split along its first
+      axis (``P("data", None)``), the new ``b`` replicated (``P()``).
+
+    Raises:
+      TypeError: for a non-array, a dtype that is not floating-point, or an
+        ``lr`` that is not a real number.
+      ValueError: for shapes that do not fit together, an empty batch, or an
+        ``lr`` that is nan or infinite.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from shard_tutorial import fsdp_sgd_step
+      >>> w, b = jnp.zeros((1, 1)), jnp.zeros(1)
+      >>> x, y = jnp.array([[1.0], [2.0]]), jnp.array([[2.0], [4.0]])
+      >>> fsdp_sgd_step(w, b, x, y, 0.1)
+      (Array([[1.]], dtype=float32), Array([0.6], dtype=float32))
+
+      On 8 devices, 16 rows of ``w`` leave as 8 blocks of 2 rows:
+
+      >>> new_w, new_b = fsdp_sgd_step(jnp.zeros((16, 2)), jnp.zeros(2),
+      ...                              jnp.ones((32, 16)), jnp.ones((32, 2)), 0.01)
+      >>> tuple(new_w.sharding.spec), new_w.addressable_shards[0].data.shape
+      (('data', None), (2, 2))
+    """
+    lr = check_step_inputs(w, b, x, y, lr)
+    mesh = data_mesh_for(x, w, b, y, lr, length=math.gcd(x.shape[0], w.shape[0]))
+    w = place(w, NamedSharding(mesh, P("data", None)))  # a block of rows on each device
+    b = place(b, NamedSharding(mesh, P()))
+    x, y = place((x, y), NamedSharding(mesh, P("data")))
+    return _fsdp_step(mesh)(w, b, x, y, lr)
+
+
+def _local_step(
+    w_rows: jax.Array, b: jax.Array, x: jax.Array, y: jax.Array, lr: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """One device's part: its rows of ``w`` and of the batch, the whole ``b``."""
+
+    def loss(w_rows: jax.Array, b: jax.Array) -> jax.Array:
+        w = jax.lax.all_gather(w_rows, "data", axis=0, tiled=True)  # the whole w, for now
+        block_loss = jnp.mean((x @ w + b - y) ** 2)  # this device's rows of the batch
+        return jax.lax.pmean(block_loss, "data")  # the mean over the whole batch
+
+    # The transpose of all_gather is a reduce-scatter: dw_rows is the gradient of
+    # this device's rows of w, summed over every device's batch rows.
+    dw_rows, db = jax.grad(loss, argnums=(0, 1))(w_rows, b)
+    return w_rows - lr * dw_rows, b - lr * db
+
+
+@functools.cache
+def _fsdp_step(mesh: Mesh) -> Callable[..., tuple[jax.Array, jax.Array]]:
+    """Build, once per mesh, the compiled fully-sharded step."""
+    return jax.jit(
+        jax.shard_map(
+            _local_step,
+            mesh=mesh,
+            in_specs=(P("data", None), P(), P("data"), P("data"), P()),  # w, b, x, y, lr
+            out_specs=(P("data", None), P()),  # w stays split by rows; b replicated
+        )
+    )
+
+
+def _shared_devices(args: tuple[Any, ...], devices: int) -> int:
+    """How many devices split both the batch and ``w``'s rows, out of ``devices``."""
+    w, _, x, _, _ = args
+    return usable_device_count(math.gcd(np.shape(x)[0], np.shape(w)[0]), devices)
+
+
+def _arrange(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The arguments as the contract says they arrive: ``w`` split by rows."""
+    w, b, x, y, lr = args
+    mesh = data_mesh(math.gcd(x.shape[0], w.shape[0]))
+    return (place(w, NamedSharding(mesh, P("data", None))), b, x, y, lr)
+
+
+def _generate(rng: np.random.Generator) -> Case:
+    """One random case: B and d_in multiples of a common device count from 1 to 8."""
+    devices = int(rng.integers(1, 9))
+    batch = devices * int(rng.integers(1, 9))
+    d_in = devices * int(rng.integers(1, 4))
+    d_out = int(rng.integers(1, 6))
+    lr = float(np.round(rng.uniform(0.01, 0.3), 3))
+    return make_case(
+        rng, f"random: B={batch}, d_in={d_in}, d_out={d_out}, lr={lr}", batch, d_in, d_out, lr
+    )
+
+
+def _cases() -> list[Case]:
+    rng = np.random.default_rng(20261124)
+    example = Case(
+        "example from the problem statement",
+        (
+            np.zeros((1, 1), np.float32),
+            np.zeros(1, np.float32),
+            np.array([[1.0], [2.0]], np.float32),
+            np.array([[2.0], [4.0]], np.float32),
+            0.1,
+        ),
+    )
+    return [
+        example,
+        make_case(rng, "B=32, d_in=16: 2 rows of w on each of 8 devices", 32, 16, 2, lr=0.05),
+        make_case(rng, "B=16, d_in=8: one row of w per device", 16, 8, 3),
+        make_case(rng, "B=12, d_in=6: split over 6 of 8 devices", 12, 6, 2),
+        make_case(rng, "B=8, d_in=12: 4 devices divide both", 8, 12, 2, lr=0.05),
+        make_case(rng, "B=5, d_in=3: no common divisor, one device", 5, 3, 2),
+        make_case(rng, "lr=0: the parameters do not move", 8, 8, 2, lr=0.0),
+        make_case(rng, "B=256, d_in=64, d_out=4", 256, 64, 4, lr=0.02),
+    ]
+
+
+PROBLEM = Problem(
+    name="fsdp_sgd_step",
+    title="Fully-sharded SGD",
+    reference=fsdp_sgd_step,
+    oracle=oracle_step,
+    make_cases=_cases,
+    unsharded=unsharded_step,
+    rtol=1e-5,
+    atol=1e-5,  # float32 matmuls and sums of up to 256 rows, in another order than NumPy's
+    explain=explain_step,
+    imports=(
+        "import math",
+        "",
+        "import jax",
+        "import jax.numpy as jnp",
+        "from jax.sharding import NamedSharding",
+        "from jax.sharding import PartitionSpec as P",
+        "",
+        "from shard_tutorial import data_mesh  # a mesh that divides any length",
+    ),
+    generate=_generate,
+    techniques=(SHARD_MAP,),
+    placement=(Placement(axis=0, blocks=_shared_devices), Placement(axis=None)),
+    folder="training",
+    outputs=("w", "b"),
+    arrange=_arrange,
+)

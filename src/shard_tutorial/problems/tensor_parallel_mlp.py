@@ -1,0 +1,185 @@
+"""Problem "Tensor-parallel MLP": a two-layer network split over a 2-D mesh.
+
+Tensor parallelism splits the model itself. In ``relu(x @ w1) @ w2`` each hidden
+unit is one column of ``w1`` and one row of ``w2``, and ``relu`` acts on each
+unit alone, so the hidden units can be split over a ``"model"`` mesh axis with
+no communication until the end: a device computes its own units' activations
+and their share of the output, ``relu(x @ w1[:, its units]) @ w2[its units, :]``,
+and the shares are added up with one ``psum`` over ``"model"`` (the Megatron
+layout: column-split first layer, row-split second). A second mesh axis,
+``"data"``, splits the batch rows at the same time, so a 2 x 4 mesh on 8 devices
+does data and tensor parallelism together.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from shard_tutorial.meshes import data_model_mesh, data_model_shape, place
+from shard_tutorial.problem import COLLECTIVE, SHARD_MAP, Case, Placement, Problem, precise
+from shard_tutorial.validation import check_array
+
+__all__ = ["PROBLEM", "tensor_parallel_mlp"]
+
+
+def tensor_parallel_mlp(x: jax.Array, w1: jax.Array, w2: jax.Array) -> jax.Array:
+    """``relu(x @ w1) @ w2``, with the rows of ``x`` over ``"data"`` and the hidden units over ``"model"``.
+
+    The mesh is 2-D, axes ``("data", "model")``: ``data_model_mesh(B, h)``, 2 x 4
+    on 8 devices whenever ``B`` is even and 4 divides ``h``, and a shape that
+    divides both for any other sizes. ``x``'s rows are split over ``"data"``,
+    ``w1``'s columns and ``w2``'s rows over ``"model"``; each device adds its
+    hidden units' share of the output, and one ``psum`` over ``"model"`` adds
+    the shares up.
+
+    Args:
+      x: inputs, shape (B, d).
+      w1: first layer, shape (d, h).
+      w2: second layer, shape (h, d_out).
+
+    Returns:
+      ``relu(x @ w1) @ w2``, shape (B, d_out), its rows split over ``"data"``
+      (``P("data", None)``) and replicated over ``"model"``.
+
+    Raises:
+      TypeError: for a non-array or a non-numeric dtype.
+      ValueError: for a wrong rank or shapes that do not fit together.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from shard_tutorial import tensor_parallel_mlp
+      >>> x = jnp.array([[1.0, -1.0]])
+      >>> w1 = jnp.array([[1.0, 2.0], [3.0, -4.0]])
+      >>> tensor_parallel_mlp(x, w1, jnp.array([[1.0], [10.0]]))  # relu([-2, 6]) @ w2
+      Array([[60.]], dtype=float32)
+
+      On 8 devices, 16 rows and 32 hidden units run on a 2 x 4 mesh:
+
+      >>> out = tensor_parallel_mlp(jnp.ones((16, 4)), jnp.ones((4, 32)), jnp.ones((32, 3)))
+      >>> dict(out.sharding.mesh.shape), tuple(out.sharding.spec)
+      ({'data': 2, 'model': 4}, ('data', None))
+    """
+    _check_inputs(x, w1, w2)
+    traced = any(isinstance(a, jax.core.Tracer) for a in (x, w1, w2))
+    mesh = data_model_mesh(x.shape[0], w1.shape[1], traced=traced)
+    x = place(x, NamedSharding(mesh, P("data", None)))  # rows over "data"
+    w1 = place(w1, NamedSharding(mesh, P(None, "model")))  # hidden columns over "model"
+    w2 = place(w2, NamedSharding(mesh, P("model", None)))  # hidden rows over "model"
+    return _mlp(mesh)(x, w1, w2)
+
+
+def _check_inputs(x: object, w1: object, w2: object) -> None:
+    check_array(x, "x", ndim=2, layout="of shape (B, d)")
+    check_array(w1, "w1", ndim=2, layout="of shape (d, h)")
+    check_array(w2, "w2", ndim=2, layout="of shape (h, d_out)")
+    (_, d), (d1, h), (h2, _) = np.shape(x), np.shape(w1), np.shape(w2)
+    if d1 != d:
+        msg = f"w1 has {d1} rows but x has {d} columns: x must be (B, d) and w1 (d, h)"
+        raise ValueError(msg)
+    if h2 != h:
+        msg = f"w2 has {h2} rows but w1 has {h} columns: w1 must be (d, h) and w2 (h, d_out)"
+        raise ValueError(msg)
+
+
+def _local_mlp(x: jax.Array, w1: jax.Array, w2: jax.Array) -> jax.Array:
+    """One device: its rows of x, its hidden units; the shares added over "model"."""
+    hidden = jax.nn.relu(x @ w1)  # this device's hidden units, for its rows
+    share = hidden @ w2  # their contribution to every output column
+    return jax.lax.psum(share, "model")  # the sum over every hidden unit
+
+
+@functools.cache
+def _mlp(mesh: Mesh) -> Callable[[jax.Array, jax.Array, jax.Array], jax.Array]:
+    """Build, once per mesh, the compiled tensor-parallel forward pass."""
+    return jax.jit(
+        jax.shard_map(
+            _local_mlp,
+            mesh=mesh,
+            in_specs=(P("data", None), P(None, "model"), P("model", None)),
+            out_specs=P("data", None),  # rows over "data", the same on every "model" device
+        )
+    )
+
+
+def _unsharded(x: jax.Array, w1: jax.Array, w2: jax.Array) -> jax.Array:
+    return jax.nn.relu(x @ w1) @ w2
+
+
+def _oracle(x: np.ndarray, w1: np.ndarray, w2: np.ndarray) -> np.ndarray:
+    return np.maximum(precise(x) @ precise(w1), 0) @ precise(w2)
+
+
+def _data_blocks(args: tuple[Any, ...], devices: int) -> int:
+    """How many blocks of rows the output is asked to be cut into on ``devices`` devices."""
+    x, w1, _ = args
+    return data_model_shape(np.shape(x)[0], np.shape(w1)[1], devices)[0]
+
+
+def _explain(case: Case, _expected: np.ndarray, received: np.ndarray) -> str | None:
+    """Recognise the classic mistakes; to be completed with every mistake of the issue."""
+    return None
+
+
+def _cases() -> list[Case]:
+    rng = np.random.default_rng(20261125)
+
+    def case(label: str, batch: int, d: int, h: int, d_out: int) -> Case:
+        return Case(
+            label,
+            (
+                rng.normal(size=(batch, d)).astype(np.float32),
+                rng.normal(size=(d, h)).astype(np.float32),
+                rng.normal(size=(h, d_out)).astype(np.float32),
+            ),
+        )
+
+    example = Case(
+        "example from the problem statement",
+        (
+            np.array([[1.0, -1.0]], np.float32),
+            np.array([[1.0, 2.0], [3.0, -4.0]], np.float32),
+            np.array([[1.0], [10.0]], np.float32),
+        ),
+    )
+    return [
+        example,
+        case("B=16, h=32: a 2 x 4 mesh on 8 devices", 16, 4, 32, 3),
+        case("B=8, h=8", 8, 5, 8, 2),
+        case("B=6, h=4: 2 x 4", 6, 3, 4, 2),
+        case("B=5, h=8: 1 x 8, tensor parallel only", 5, 3, 8, 2),
+        case("B=8, h=3: 8 x 1, data parallel only", 8, 3, 3, 2),
+        case("B=7, h=5: 7 x 1", 7, 2, 5, 1),
+        case("B=64, d=16, h=64, d_out=8", 64, 16, 64, 8),
+    ]
+
+
+PROBLEM = Problem(
+    name="tensor_parallel_mlp",
+    title="Tensor-parallel MLP",
+    reference=tensor_parallel_mlp,
+    oracle=_oracle,
+    make_cases=_cases,
+    unsharded=_unsharded,
+    rtol=1e-5,
+    atol=1e-4,  # float32 sums of up to 64 hidden units, in another order than NumPy's
+    explain=_explain,
+    imports=(
+        "import jax",
+        "import jax.numpy as jnp",
+        "from jax.sharding import NamedSharding",
+        "from jax.sharding import PartitionSpec as P",
+        "",
+        "from shard_tutorial import data_model_mesh  # a (data, model) mesh for any shapes",
+    ),
+    techniques=(SHARD_MAP, COLLECTIVE),
+    placement=Placement(axis=0, blocks=_data_blocks),
+    folder="training",
+)
