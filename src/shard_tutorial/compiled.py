@@ -1,0 +1,141 @@
+"""What moves between devices in a compiled program: its collectives, read from XLA's text.
+
+``jax.jit(f).lower(*args).compile().as_text()`` prints the program XLA compiled
+(its optimised HLO). The operations in it that move data between devices are its
+*collectives*: ``all-reduce``, ``all-gather``, ``reduce-scatter``,
+``collective-permute`` and ``all-to-all``. :func:`collectives` lists them with the
+type of what each produces, its size in bytes and which devices take part
+(``replica_groups``), so a page can show the communication a sharded program
+compiles to, and a test can assert it, without pasting a parser onto every page.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+__all__ = ["KINDS", "Collective", "collectives", "compiled_text"]
+
+KINDS = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
+"""The HLO operations that move data between devices."""
+
+_LINE = re.compile(
+    r"=\s*(?P<type>\([^=]*?\)|\S+)\s+"
+    r"(?P<kind>all-reduce|all-gather|reduce-scatter|collective-permute|all-to-all)"
+    r"(?P<start>-start)?\("
+)
+_ARRAY = re.compile(r"\b(?P<dtype>pred|[subfc]\d+|bf16|f8e\w+)\[(?P<dims>[\d,]*)\]")
+# Up to the next attribute: newer XLA prints groups with spaces, e.g.
+# replica_groups=mesh['data'=2,'model'=4] {'model'}; older XLA as {{0,1,2,3}} or [2,4]<=[8].
+_GROUPS = re.compile(
+    r"(?:replica_groups|source_target_pairs)=(?P<groups>.*?)(?:, [a-z_]+=|$)"
+)
+_BITS = {"pred": 8, "bf16": 16}
+
+
+@dataclasses.dataclass(frozen=True)
+class Collective:
+    """One collective operation of a compiled program.
+
+    Attributes:
+      kind: the HLO operation, e.g. ``"all-reduce"``.
+      result: the type of what it produces on each device, as XLA prints it
+        without layouts, e.g. ``"f32[4,2]"`` or ``"(f32[4,2], f32[2])"``.
+      nbytes: the size of that result on each device, in bytes.
+      groups: which devices take part together (``replica_groups``, or the
+        ``source_target_pairs`` of a ``collective-permute``), as XLA prints it:
+        recent versions name the mesh axes (``mesh['data'=8] {'data'}``), older
+        ones list the device ids (``{{0,1,2,3,4,5,6,7}}``).
+    """
+
+    kind: str
+    result: str
+    nbytes: int
+    groups: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} -> {self.result} ({self.nbytes} bytes) among {self.groups}"
+
+
+def compiled_text(f: Callable[..., Any], *args: Any) -> str:
+    """The text of the program XLA compiles for ``f(*args)`` (``f`` jitted if it is not).
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from shard_tutorial.compiled import compiled_text
+      >>> "HloModule" in compiled_text(jnp.sin, jnp.ones(3))
+      True
+    """
+    return str(jax.jit(f).lower(*args).compile().as_text())
+
+
+def collectives(f: Callable[..., Any], *args: Any) -> list[Collective]:
+    """The collectives of the program XLA compiles for ``f(*args)``, in program order.
+
+    An asynchronous pair (``all-reduce-start`` / ``all-reduce-done``) counts once,
+    with the type of its result.
+
+    Args:
+      f: the function, jitted or not (it is passed through ``jax.jit``).
+      *args: its arguments, laid out as a caller would pass them.
+
+    Returns:
+      One :class:`Collective` per operation.
+
+    Examples:
+      A sum of an array split over 8 devices compiles to one all-reduce among them:
+
+      >>> import jax
+      >>> import jax.numpy as jnp
+      >>> from jax.sharding import NamedSharding, PartitionSpec as P
+      >>> from shard_tutorial import data_mesh, place
+      >>> from shard_tutorial.compiled import collectives
+      >>> x = place(jnp.arange(16.0), NamedSharding(data_mesh(16), P("data")))
+      >>> [(c.kind, c.result, c.nbytes) for c in collectives(jnp.sum, x)]
+      [('all-reduce', 'f32[]', 4)]
+      >>> collectives(jnp.sin, x)
+      []
+    """
+    return parse_collectives(compiled_text(f, *args))
+
+
+def parse_collectives(program: str) -> list[Collective]:
+    """The collectives in the text of a compiled program (see :func:`collectives`).
+
+    Examples:
+      >>> from shard_tutorial.compiled import parse_collectives
+      >>> line = ("%ag = f32[8,2]{1,0} all-gather(f32[1,2]{1,0} %p), channel_id=1, "
+      ...         "replica_groups=[1,8]<=[8], dimensions={0}, use_global_device_ids=true")
+      >>> parse_collectives(line)
+      [Collective(kind='all-gather', result='f32[8,2]', nbytes=64, groups='[1,8]<=[8]')]
+    """
+    found = []
+    for line in program.splitlines():
+        match = _LINE.search(line)
+        if match is None:
+            continue
+        arrays = list(_ARRAY.finditer(match["type"]))
+        if match["start"] and len(arrays) > 1:  # (operand, result) of an async start
+            arrays = arrays[len(arrays) // 2 :]
+        result = ", ".join(a.group(0) for a in arrays)
+        groups = _GROUPS.search(line)
+        found.append(
+            Collective(
+                kind=match["kind"],
+                result=f"({result})" if len(arrays) > 1 else result,
+                nbytes=sum(_nbytes(a["dtype"], a["dims"]) for a in arrays),
+                groups=groups["groups"] if groups else "all devices",
+            )
+        )
+    return found
+
+
+def _nbytes(dtype: str, dims: str) -> int:
+    """Bytes of an HLO array type such as ``f32[4,2]``."""
+    bits = _BITS.get(dtype) or int(re.sub(r"\D", "", dtype.split("e")[0]) or 8)
+    return math.prod(int(d) for d in dims.split(",") if d) * bits // 8
