@@ -10,9 +10,9 @@ so :func:`use_cpu_devices` must run before that.
 
 from __future__ import annotations
 
-import operator
-
 import jax
+
+from shard_tutorial.validation import require_count
 
 __all__ = ["use_cpu_devices"]
 
@@ -51,17 +51,7 @@ def use_cpu_devices(count: int) -> None:
           ...
           RuntimeError: use_cpu_devices(4) came too late: JAX already started with 8 cpu device(s)...
     """
-    if isinstance(count, bool):
-        msg = f"count must be an integer number of devices, got {count!r}"
-        raise TypeError(msg)
-    try:
-        count = operator.index(count)
-    except TypeError:
-        msg = f"count must be an integer number of devices, got {type(count).__name__} {count!r}"
-        raise TypeError(msg) from None
-    if count < 1:
-        msg = f"count must be at least 1, got {count}"
-        raise ValueError(msg)
+    count = require_count(count, "count", unit=" number of devices")
     try:
         jax.config.update("jax_platforms", "cpu")
         jax.config.update("jax_num_cpu_devices", count)

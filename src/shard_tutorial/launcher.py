@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import operator
 import os
 import queue
 import re
@@ -36,6 +35,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TextIO
+
+from shard_tutorial.validation import require_count
 
 __all__ = [
     "DEFAULT_GRACE",
@@ -226,8 +227,8 @@ def launch(
       ...
       ValueError: processes must be at least 1, got 0
     """
-    processes = _count(processes, "processes")
-    devices_per_process = _count(devices_per_process, "devices_per_process")
+    processes = require_count(processes, "processes")
+    devices_per_process = require_count(devices_per_process, "devices_per_process")
     path = Path(script)
     if not path.is_file():
         msg = f"script must be an existing Python file, got {str(script)!r} (no such file)"
@@ -459,21 +460,6 @@ class _Run:
         for index, popen in enumerate(self.popens):
             popen.wait()
             self.swept.add(index)
-
-
-def _count(value: int, name: str) -> int:
-    if isinstance(value, bool):
-        msg = f"{name} must be an integer, got {value!r}"
-        raise TypeError(msg)
-    try:
-        value = operator.index(value)
-    except TypeError:
-        msg = f"{name} must be an integer, got {type(value).__name__} {value!r}"
-        raise TypeError(msg) from None
-    if value < 1:
-        msg = f"{name} must be at least 1, got {value}"
-        raise ValueError(msg)
-    return value
 
 
 def _seconds(value: object, name: str) -> float:

@@ -10,12 +10,19 @@ solution into their own file imports them from here:
 from __future__ import annotations
 
 import numbers
+import operator
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["check_array", "check_floating", "require_finite_number", "require_whole_number"]
+__all__ = [
+    "check_array",
+    "check_floating",
+    "require_count",
+    "require_finite_number",
+    "require_whole_number",
+]
 
 
 def check_array(value: object, name: str, *, ndim: int, layout: str) -> None:
@@ -107,6 +114,51 @@ def require_whole_number(value: object, name: str, *, minimum: int | None = None
         msg = f"{name} must be {expected}, got {number!r}"
         raise ValueError(msg)
     return whole
+
+
+def require_count(value: object, name: str, *, unit: str = "") -> int:
+    """Return ``value`` if it is an integer of at least 1 (a count of devices, of processes).
+
+    Unlike :func:`require_whole_number`, ``2.0`` is refused: a count is an
+    integer, and a float usually means a computation went wrong upstream.
+
+    Args:
+      value: what the caller passed.
+      name: the parameter's name, used in the message.
+      unit: what is counted, said after "an integer", e.g. ``" number of devices"``.
+
+    Returns:
+      The value as a Python ``int``.
+
+    Raises:
+      TypeError: for a bool or anything that is not an integer.
+      ValueError: for a value below 1.
+
+    Examples:
+      >>> from shard_tutorial.validation import require_count
+      >>> require_count(8, "count")
+      8
+      >>> require_count(2.0, "processes")
+      Traceback (most recent call last):
+      ...
+      TypeError: processes must be an integer, got float 2.0
+      >>> require_count(0, "count", unit=" number of devices")
+      Traceback (most recent call last):
+      ...
+      ValueError: count must be at least 1, got 0
+    """
+    if isinstance(value, bool):
+        msg = f"{name} must be an integer{unit}, got {value!r}"
+        raise TypeError(msg)
+    try:
+        count = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        msg = f"{name} must be an integer{unit}, got {type(value).__name__} {value!r}"
+        raise TypeError(msg) from None
+    if count < 1:
+        msg = f"{name} must be at least 1, got {count}"
+        raise ValueError(msg)
+    return count
 
 
 def check_floating(value: jax.Array | np.ndarray, name: str) -> None:
