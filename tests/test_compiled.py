@@ -35,23 +35,31 @@ def test_a_gather_of_an_array_split_over_the_devices_is_an_all_gather_of_the_who
     ("line", "expected"),
     [
         (  # jax 0.12: groups named by mesh axes, with spaces
-            "%p = f32[8,3]{1,0} all-reduce(%f), channel_id=1, "
-            "replica_groups=mesh['data'=2,'model'=4] {'model'}, use_global_device_ids=true",
+            (
+                "%p = f32[8,3]{1,0} all-reduce(%f), channel_id=1, "
+                "replica_groups=mesh['data'=2,'model'=4] {'model'}, use_global_device_ids=true"
+            ),
             Collective("all-reduce", "f32[8,3]", 96, "mesh['data'=2,'model'=4] {'model'}"),
         ),
         (  # older XLA: explicit device ids
-            "%r = s32[2,2]{1,0} reduce-scatter(s32[16,2]{1,0} %d), channel_id=3, "
-            "replica_groups={{0,1,2,3,4,5,6,7}}, dimensions={0}, to_apply=%add",
+            (
+                "%r = s32[2,2]{1,0} reduce-scatter(s32[16,2]{1,0} %d), channel_id=3, "
+                "replica_groups={{0,1,2,3,4,5,6,7}}, dimensions={0}, to_apply=%add"
+            ),
             Collective("reduce-scatter", "s32[2,2]", 16, "{{0,1,2,3,4,5,6,7}}"),
         ),
         (  # an asynchronous start: (operand, result), counted as its result
-            "%s = (f32[2]{0}, f32[16]{0}) all-gather-start(f32[2]{0} %p), "
-            "replica_groups=[1,8]<=[8], dimensions={0}",
+            (
+                "%s = (f32[2]{0}, f32[16]{0}) all-gather-start(f32[2]{0} %p), "
+                "replica_groups=[1,8]<=[8], dimensions={0}"
+            ),
             Collective("all-gather", "f32[16]", 64, "[1,8]<=[8]"),
         ),
         (
-            "%c = bf16[4]{0} collective-permute(bf16[4]{0} %x), channel_id=2, "
-            "source_target_pairs={{0,1},{1,0}}",
+            (
+                "%c = bf16[4]{0} collective-permute(bf16[4]{0} %x), channel_id=2, "
+                "source_target_pairs={{0,1},{1,0}}"
+            ),
             Collective("collective-permute", "bf16[4]", 8, "{{0,1},{1,0}}"),
         ),
     ],
@@ -61,11 +69,9 @@ def test_each_text_format_of_xla_is_read(line, expected):
 
 
 def test_done_halves_and_other_operations_are_not_counted():
-    program = "\n".join(
-        [
-            "%d = f32[16]{0} all-gather-done((f32[2]{0}, f32[16]{0}) %s)",
-            "%m = f32[16]{0} multiply(f32[16]{0} %a, f32[16]{0} %b)",
-            "%ar = pred[] all-reduce(pred[] %q), replica_groups={}",
-        ]
+    program = (
+        "%d = f32[16]{0} all-gather-done((f32[2]{0}, f32[16]{0}) %s)\n"
+        "%m = f32[16]{0} multiply(f32[16]{0} %a, f32[16]{0} %b)\n"
+        "%ar = pred[] all-reduce(pred[] %q), replica_groups={}"
     )
     assert parse_collectives(program) == [Collective("all-reduce", "pred[]", 1, "{}")]

@@ -1070,7 +1070,10 @@ def _own(output: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]
     if output.get("kind") == "jax.Array" and "shards" in output:
         return output, _assemble(output, [output], [payload])
     if "items" in output:
-        owned = [_own(item, part) for item, part in zip(output["items"], _items(output, payload), strict=True)]
+        owned = [
+            _own(item, part)
+            for item, part in zip(output["items"], _items(output, payload), strict=True)
+        ]
         items = [{**item, "nbytes": len(data)} for item, data in owned]
         return {**output, "items": items}, b"".join(data for _, data in owned)
     return output, payload

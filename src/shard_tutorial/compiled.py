@@ -32,9 +32,7 @@ _LINE = re.compile(
 _ARRAY = re.compile(r"\b(?P<dtype>pred|[subfc]\d+|bf16|f8e\w+)\[(?P<dims>[\d,]*)\]")
 # Up to the next attribute: newer XLA prints groups with spaces, e.g.
 # replica_groups=mesh['data'=2,'model'=4] {'model'}; older XLA as {{0,1,2,3}} or [2,4]<=[8].
-_GROUPS = re.compile(
-    r"(?:replica_groups|source_target_pairs)=(?P<groups>.*?)(?:, [a-z_]+=|$)"
-)
+_GROUPS = re.compile(r"(?:replica_groups|source_target_pairs)=(?P<groups>.*?)(?:, [a-z_]+=|$)")
 _BITS = {"pred": 8, "bf16": 16}
 
 
@@ -59,6 +57,7 @@ class Collective:
     groups: str
 
     def __str__(self) -> str:
+        """One line, e.g. ``all-reduce -> f32[8,3] (96 bytes) among {{0,1,2,3}}``."""
         return f"{self.kind} -> {self.result} ({self.nbytes} bytes) among {self.groups}"
 
 
@@ -137,5 +136,5 @@ def parse_collectives(program: str) -> list[Collective]:
 
 def _nbytes(dtype: str, dims: str) -> int:
     """Bytes of an HLO array type such as ``f32[4,2]``."""
-    bits = _BITS.get(dtype) or int(re.sub(r"\D", "", dtype.split("e")[0]) or 8)
+    bits = _BITS.get(dtype) or int(re.sub(r"\D", "", dtype.split("e", maxsplit=1)[0]) or 8)
     return math.prod(int(d) for d in dims.split(",") if d) * bits // 8

@@ -33,9 +33,7 @@ __all__ = [
 ]
 
 
-def check_step_inputs(
-    w: object, b: object, x: object, y: object, lr: object
-) -> float | jax.Array:
+def check_step_inputs(w: object, b: object, x: object, y: object, lr: object) -> float | jax.Array:
     """Raise unless the arguments of an SGD step fit together; return ``lr`` as a float.
 
     Raises:
@@ -65,8 +63,7 @@ def check_step_inputs(
     w_, b_, x_, y_ = (np.shape(v) for v in (w, b, x, y))
     if x_[1] != w_[0]:
         msg = (
-            f"x has {x_[1]} columns but w has {w_[0]} rows: x must be (B, d_in) and w "
-            "(d_in, d_out)"
+            f"x has {x_[1]} columns but w has {w_[0]} rows: x must be (B, d_in) and w (d_in, d_out)"
         )
         raise ValueError(msg)
     if b_[0] != w_[1]:
@@ -171,7 +168,7 @@ def explain_step(
       >>> right_w, right_b = oracle_step(*case.args)
       >>> eight = (w + 8 * (right_w - w), b + 8 * (right_b - b))
       >>> print(explain_step(case, (right_w, right_b), eight))
-      The step is 8 times the right one, as on 8 devices with the gradient summed over them once too often...
+      The step is 8 times the right one, as on 8 devices when the gradient is summed over them...
     """
     w, b, x, y, lr = case.args
     got_w, got_b = (precise(np.asarray(r)) for r in received)
@@ -190,18 +187,20 @@ def explain_step(
                 if scale == devices:
                     return (
                         f"The step is {scale} times the right one, as on {devices} devices "
-                        "with the gradient summed over them once too often: JAX already sums "
-                        "the gradient of a replicated parameter over the devices (the "
-                        "transpose of its implicit broadcast), so a per-device mean loss gives "
-                        f"{devices}x, and so does a pmean of gradients that are already "
-                        'summed. Take the loss\'s jax.lax.pmean over "data" and its gradient '
-                        "as it is, with no collective on the gradient"
+                        "when the gradient is summed over them once more than it should be. "
+                        "JAX already sums the gradient of a replicated parameter over the "
+                        "devices (the transpose of its implicit broadcast), so either the loss "
+                        f"was each device's own mean ({devices} gradients of the whole "
+                        "batch's size, added up; a pmean of them changes nothing), or a psum "
+                        "was added to gradients JAX had already summed. Take the loss's "
+                        'jax.lax.pmean over "data" and its gradient as it is'
                     )
                 return (
                     f"The step is {scale} times the right one, {devices} x {devices} on "
-                    f"{devices} devices: a per-device mean loss (whose gradient JAX already "
-                    f"sums, {devices}x) and then a psum of the gradients ({devices}x again). "
-                    'Take the loss\'s jax.lax.pmean over "data" and its gradient as it is'
+                    f"{devices} devices: each device's own mean loss (whose gradient JAX "
+                    f"already sums, {devices}x) and then a psum of the gradients "
+                    f'({devices}x again). Take the loss\'s jax.lax.pmean over "data" and '
+                    "its gradient as it is"
                 )
         for devices in device_counts(x.shape[0]):
             rows = x.shape[0] // devices

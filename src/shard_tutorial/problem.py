@@ -313,9 +313,7 @@ class Problem:
         with np.errstate(invalid="ignore", over="ignore"):  # inf - inf is nan, as in JAX
             out = self.oracle(*case.args)
         if self.outputs:
-            return tuple(
-                np.asarray(o).astype(d) for o, d in zip(out, dtypes, strict=True)
-            )
+            return tuple(np.asarray(o).astype(d) for o, d in zip(out, dtypes, strict=True))
         return np.asarray(out).astype(dtypes)
 
     def result_dtype(self, case: Case) -> Any:

@@ -24,8 +24,6 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shard_tutorial.meshes import data_mesh_for, place
-from shard_tutorial.problem import SHARD_MAP, Case, Placement, Problem
 from shard_tutorial.linear_regression import (
     check_step_inputs,
     explain_step,
@@ -33,6 +31,8 @@ from shard_tutorial.linear_regression import (
     oracle_step,
     unsharded_step,
 )
+from shard_tutorial.meshes import data_mesh_for, place
+from shard_tutorial.problem import SHARD_MAP, Case, Placement, Problem
 
 __all__ = ["PROBLEM", "data_parallel_sgd_step"]
 
@@ -116,12 +116,16 @@ def _sgd_step(mesh: Mesh) -> Callable[..., tuple[jax.Array, jax.Array]]:
 
 
 def _generate(rng: np.random.Generator) -> Case:
-    """One random case: B a product of two numbers from 1 to 8 (so most batches split
-    over several devices), d_in and d_out from 1 to 6, lr from 0.01 to 0.5."""
+    """One random case: B a product of two numbers from 1 to 8, lr from 0.01 to 0.5.
+
+    Most such batches split over several devices; d_in and d_out are 1 to 6.
+    """
     batch = int(rng.integers(1, 9) * rng.integers(1, 9))
     d_in, d_out = int(rng.integers(1, 7)), int(rng.integers(1, 7))
     lr = float(np.round(rng.uniform(0.01, 0.5), 3))
-    return make_case(rng, f"random: B={batch}, d_in={d_in}, d_out={d_out}, lr={lr}", batch, d_in, d_out, lr)
+    return make_case(
+        rng, f"random: B={batch}, d_in={d_in}, d_out={d_out}, lr={lr}", batch, d_in, d_out, lr
+    )
 
 
 def _cases() -> list[Case]:

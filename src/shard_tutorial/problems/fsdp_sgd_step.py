@@ -23,8 +23,6 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shard_tutorial.meshes import data_mesh, data_mesh_for, place, usable_device_count
-from shard_tutorial.problem import SHARD_MAP, Case, Placement, Problem
 from shard_tutorial.linear_regression import (
     check_step_inputs,
     explain_step,
@@ -32,6 +30,8 @@ from shard_tutorial.linear_regression import (
     oracle_step,
     unsharded_step,
 )
+from shard_tutorial.meshes import data_mesh, data_mesh_for, place, usable_device_count
+from shard_tutorial.problem import SHARD_MAP, Case, Placement, Problem
 
 __all__ = ["PROBLEM", "fsdp_sgd_step"]
 
