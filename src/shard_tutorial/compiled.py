@@ -19,7 +19,14 @@ from typing import Any
 
 import jax
 
-__all__ = ["KINDS", "Collective", "collectives", "compiled_text"]
+__all__ = [
+    "KINDS",
+    "Collective",
+    "collectives",
+    "compiled_text",
+    "parse_collectives",
+    "program_lines",
+]
 
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
 """The HLO operations that move data between devices."""
@@ -71,6 +78,38 @@ def compiled_text(f: Callable[..., Any], *args: Any) -> str:
       True
     """
     return str(jax.jit(f).lower(*args).compile().as_text())
+
+
+def program_lines(f: Callable[..., Any], *args: Any, op: str) -> list[str]:
+    """The lines of the program XLA compiles for ``f(*args)`` that run the operation ``op``.
+
+    Each line as XLA prints it, up to its metadata (the Python source it came
+    from): the result's type, the operands, and attributes such as
+    ``replica_groups``. ``op`` is any HLO operation: a collective, or e.g.
+    ``"partition-id"`` (a device asking for its own index, with no communication).
+
+    Args:
+      f: the function, jitted or not.
+      *args: its arguments.
+      op: the HLO operation's name, e.g. ``"all-reduce"``.
+
+    Returns:
+      The matching lines, stripped, in program order.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from jax.sharding import NamedSharding, PartitionSpec as P
+      >>> from shard_tutorial import data_mesh, place
+      >>> from shard_tutorial.compiled import program_lines
+      >>> x = place(jnp.arange(16.0), NamedSharding(data_mesh(16), P("data")))
+      >>> [line.split(" = ")[1].split("(")[0] for line in program_lines(jnp.sum, x, op="all-reduce")]
+      ['f32[] all-reduce']
+    """
+    return [
+        line.split(", metadata=")[0].strip()
+        for line in compiled_text(f, *args).splitlines()
+        if f" {op}(" in line
+    ]
 
 
 def collectives(f: Callable[..., Any], *args: Any) -> list[Collective]:
