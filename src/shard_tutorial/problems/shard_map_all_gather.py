@@ -21,7 +21,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shard_tutorial.meshes import data_mesh, place
+from shard_tutorial.meshes import data_mesh_for, place
 from shard_tutorial.problem import (
     SHARD_MAP,
     Case,
@@ -65,7 +65,7 @@ def shard_map_all_gather(x: jax.Array) -> jax.Array:
       (('data', None), (2, 16))
     """
     check_array(x, "x", ndim=1, layout="of shape (n,)")
-    mesh = data_mesh(x.shape[0])
+    mesh = data_mesh_for(x)  # Auto axes when traced (jit, grad, vmap): see its docstring
     rows = NamedSharding(mesh, P("data"))
     if x.shape[0] == 0:  # XLA cannot gather empty blocks; the product is empty anyway
         return place(jnp.zeros((0, 0), x.dtype), rows)

@@ -23,7 +23,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shard_tutorial.meshes import data_mesh, place
+from shard_tutorial.meshes import data_mesh_for, place
 from shard_tutorial.problem import (
     SHARD_MAP,
     Case,
@@ -72,7 +72,7 @@ def shard_map_all_to_all(x: jax.Array) -> jax.Array:
     """
     check_array(x, "x", ndim=2, layout="of shape (n, m)")
     # The devices split the rows of x and of x.T (its columns): their count divides both.
-    mesh = data_mesh(math.gcd(*x.shape))
+    mesh = data_mesh_for(x, length=math.gcd(*x.shape))  # Auto axes when traced
     rows = NamedSharding(mesh, P("data"))
     if x.size == 0:  # XLA cannot exchange empty chunks; the transpose is empty anyway
         return place(jnp.zeros(x.shape[::-1], x.dtype), rows)

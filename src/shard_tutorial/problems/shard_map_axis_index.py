@@ -22,7 +22,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shard_tutorial.meshes import data_mesh, place
+from shard_tutorial.meshes import data_mesh_for, place
 from shard_tutorial.problem import (
     COLLECTIVE,
     SHARD_MAP,
@@ -65,7 +65,7 @@ def shard_map_axis_index(x: jax.Array) -> jax.Array:
       (('data',), Array([15., 16.], dtype=float32))
     """
     check_array(x, "x", ndim=1, layout="of shape (n,)")
-    mesh = data_mesh(x.shape[0])
+    mesh = data_mesh_for(x)  # Auto axes when traced (jit, grad, vmap): see its docstring
     x = place(x, NamedSharding(mesh, P("data")))  # jax.device_put, fast on CPU devices
     return _cumulative_sum(mesh)(x)
 

@@ -20,7 +20,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shard_tutorial.meshes import data_mesh, place
+from shard_tutorial.meshes import data_mesh_for, place
 from shard_tutorial.problem import (
     SHARD_MAP,
     Case,
@@ -63,7 +63,7 @@ def shard_map_ppermute(x: jax.Array) -> jax.Array:
       (('data',), Array([5.3333335, 1.       ], dtype=float32))
     """
     _check_input(x)
-    mesh = data_mesh(x.shape[0])
+    mesh = data_mesh_for(x)  # Auto axes when traced (jit, grad, vmap): see its docstring
     x = place(x, NamedSharding(mesh, P("data")))  # jax.device_put, fast on CPU devices
     return _three_point_average(mesh)(x)
 

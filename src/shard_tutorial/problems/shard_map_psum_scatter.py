@@ -21,7 +21,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shard_tutorial.meshes import data_mesh, place
+from shard_tutorial.meshes import data_mesh_for, place
 from shard_tutorial.problem import (
     COLLECTIVE,
     SHARD_MAP,
@@ -70,7 +70,7 @@ def shard_map_psum_scatter(x: jax.Array) -> jax.Array:
         msg = f"x must have at least one row and one column, got shape {x.shape}"
         raise ValueError(msg)
     # The devices split the rows of x and the sums (the columns): their count divides both.
-    mesh = data_mesh(math.gcd(*x.shape))
+    mesh = data_mesh_for(x, length=math.gcd(*x.shape))  # Auto axes when traced
     x = place(x, NamedSharding(mesh, P("data")))  # jax.device_put, fast on CPU devices
     return _column_sums(mesh)(x)
 
