@@ -444,7 +444,10 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def test_the_cli_lists_writes_starters_and_checks_with_exit_statuses(tmp_path):
     listing = run_cli("list", cwd=tmp_path)
     assert listing.returncode == 0
-    assert listing.stdout.split()[0] == "shard_map_double"
+    lines = listing.stdout.splitlines()
+    assert lines[0] == "Part I: shard_map and its first collective"
+    assert lines[1].split()[0] == "shard_map_double"
+    assert "Part III: training across devices" in lines
     assert "shard_map with psum: Sum a 1-D array" in listing.stdout
 
     starter = run_cli("starter", "shard_map_psum", cwd=tmp_path)

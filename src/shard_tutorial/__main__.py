@@ -29,6 +29,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
+# The heading `list` prints above each part's problems, by the folder of their pages.
+_PARTS = {
+    "problems": "Part I: shard_map and its first collective",
+    "collectives": "Part II: communication between devices",
+    "training": "Part III: training across devices",
+}
+
 
 def _device_counts(text: str) -> tuple[int, ...]:
     try:
@@ -262,9 +269,13 @@ def _main(argv: Sequence[str] | None) -> int:
         return _launch(args, parser)
     if args.command == "list":
         width = max(map(len, PROBLEMS))
+        folder = None
         for name in PROBLEMS:
             problem = PROBLEMS[name]
-            print(f"{name:<{width}}  {problem.title}: {problem.summary}")
+            if problem.folder != folder:
+                folder = problem.folder
+                print(("\n" if folder != "problems" else "") + _PARTS.get(folder, folder))
+            print(f"  {name:<{width}}  {problem.title}: {problem.summary}")
         return 0
     try:
         problem = get_problem(args.problem)
