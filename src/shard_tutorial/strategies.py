@@ -59,7 +59,6 @@ __all__ = [
     "Measurement",
     "bytes_per_device",
     "chart",
-    "collectives_table",
     "compare",
     "gradients",
     "make_problem",
@@ -543,39 +542,6 @@ def markdown_table(measurements: Sequence[Measurement]) -> str:
     return "\n".join(lines)
 
 
-def collectives_table(measurements: Sequence[Measurement]) -> str:
-    """Every collective of every strategy's compiled step, as a Markdown table.
-
-    One row per collective, in program order: its kind, the type of its result
-    on one device, the size of that result, and which devices take part (the
-    ``replica_groups`` XLA printed).
-
-    Examples:
-      >>> import numpy as np
-      >>> from shard_tutorial.compiled import Collective
-      >>> from shard_tutorial.strategies import Measurement, collectives_table
-      >>> m = Measurement("DP", {"data": 8}, 6144, 6144,
-      ...                 (Collective("all-reduce", "(f32[16,64], f32[64,8])", 6144, "{{0,1}}"),),
-      ...                 0.0012, (np.zeros(1), np.zeros(1)))
-      >>> print(collectives_table([m]))
-      | strategy | collective | result on each device | bytes | among (replica groups) |
-      |:--|:--|:--|--:|:--|
-      | DP | all-reduce | `(f32[16,64], f32[64,8])` | 6,144 | `{{0,1}}` |
-    """
-    lines = [
-        "| strategy | collective | result on each device | bytes | among (replica groups) |",
-        "|:--|:--|:--|--:|:--|",
-    ]
-    for m in measurements:
-        if not m.collectives:
-            lines.append(f"| {m.strategy} | none | | 0 | |")
-        lines += [
-            f"| {m.strategy} | {c.kind} | `{c.result}` | {c.nbytes:,} | `{c.groups}` |"
-            for c in m.collectives
-        ]
-    return "\n".join(lines)
-
-
 INK = "#111111"
 """Text and outlines: dark, on the white page and on the light grey panel the theme
 puts behind HTML outputs in dark mode."""
@@ -621,7 +587,7 @@ class Chart:
         return (
             f'<img class="strategies-chart" src="data:image/svg+xml;base64,{data}" '
             f'alt="{html.escape(self.alt)}" '
-            'style="display:block;width:100%;max-width:36rem;height:auto">'
+            'style="display:block;width:100%;max-width:28rem;height:auto">'
         )
 
 
@@ -629,7 +595,7 @@ def _figure(measurements: Sequence[Measurement]) -> Figure:
     from matplotlib.figure import Figure  # noqa: PLC0415 (drawing is optional)
 
     names = [m.strategy for m in measurements]
-    fig = Figure(figsize=(6.0, 1.0 + 1.55 * len(_PANELS)), layout="constrained")
+    fig = Figure(figsize=(4.4, 0.6 + 1.45 * len(_PANELS)), layout="constrained")
     fig.patch.set_alpha(0.0)  # the page's (or the output panel's) own background shows
     axes = fig.subplots(len(_PANELS), 1)
     for ax, (title, field, fmt) in zip(axes, _PANELS, strict=True):
