@@ -30,7 +30,6 @@ import functools
 import html
 import io
 import math
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -413,8 +412,9 @@ class Measurement:
       param_bytes: the most bytes of parameters any one device holds.
       grad_bytes: the most bytes of gradients any one device holds.
       collectives: the collectives of one compiled step, in program order.
-      step_seconds: the median time of one step (fake CPU devices share the
-        machine's cores: not a speed-up measure).
+      step_seconds: the time of one step, the fastest of several (the least
+        disturbed by other work). Fake CPU devices share the machine's cores:
+        this is not a measure of speed-up.
       params: the new ``(w1, w2)`` after one step, as NumPy arrays.
     """
 
@@ -451,10 +451,15 @@ def measure(
       x: inputs, shape (B, d), floating-point.
       y: targets, shape (B, d_out), floating-point.
       lr: learning rate, a finite Python float.
-      repeats: how many timed steps the median is taken over, at least 1.
+      repeats: how many steps are timed, at least 1; the fastest is kept.
 
     Returns:
       A :class:`Measurement`.
+
+    Raises:
+      ValueError: for a bad argument, as :func:`sgd_step` says, or ``repeats``
+        below 1.
+      TypeError: likewise, or a ``repeats`` that is not an integer.
 
     Examples:
       >>> from shard_tutorial.strategies import make_problem, measure
@@ -481,7 +486,7 @@ def measure(
         param_bytes=max(bytes_per_device(new).values()),
         grad_bytes=max(bytes_per_device(grads).values()),
         collectives=tuple(collectives(step, *placed, lr)),
-        step_seconds=statistics.median(times),
+        step_seconds=min(times),
         params=(np.asarray(new[0]), np.asarray(new[1])),
     )
 
@@ -572,7 +577,10 @@ class Chart:
     """A drawn comparison: an SVG picture and its text alternative.
 
     Shown in a notebook (or on a page built from one) as an ``<img>`` with that
-    ``alt`` text, scaled to the width of the screen.
+    ``alt`` text, scaled to the width of the screen. Its background is
+    transparent and its ink dark: in dark mode pydata-sphinx-theme draws HTML
+    outputs on a light panel, and the ``dark-light`` class keeps the theme from
+    dimming the picture on top of that panel.
 
     Attributes:
       svg: the picture, as SVG source.
@@ -585,7 +593,7 @@ class Chart:
     def _repr_html_(self) -> str:
         data = base64.b64encode(self.svg.encode()).decode()
         return (
-            f'<img class="strategies-chart" src="data:image/svg+xml;base64,{data}" '
+            f'<img class="strategies-chart dark-light" src="data:image/svg+xml;base64,{data}" '
             f'alt="{html.escape(self.alt)}" '
             'style="display:block;width:100%;max-width:28rem;height:auto">'
         )
