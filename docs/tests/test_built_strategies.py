@@ -1,0 +1,123 @@
+"""What the built "Strategies compared" page shows: the measured table, the collectives, the chart.
+
+These read the HTML that ``nox -s docs`` has just built into docs/_build/html.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from pathlib import Path
+
+import pytest
+from bs4 import BeautifulSoup, Tag
+
+SITE = Path(__file__).parents[1] / "_build" / "html"
+PAGE = SITE / "training" / "strategies.html"
+
+
+@pytest.fixture(scope="module")
+def soup() -> BeautifulSoup:
+    if not PAGE.is_file():
+        pytest.fail(f"{PAGE} is missing: build the site first (nox -s docs)")
+    return BeautifulSoup(PAGE.read_text(), "html.parser")
+
+
+def table_with(soup: BeautifulSoup, heading: str) -> list[dict[str, str]]:
+    """The rows of the executed table whose header has ``heading``, as dicts."""
+    for table in soup.select("div.cell_output table"):
+        headers = [th.get_text(" ", strip=True) for th in table.select("thead th")]
+        if heading in headers:
+            return [
+                dict(
+                    zip(
+                        headers,
+                        (td.get_text(" ", strip=True) for td in tr.select("td")),
+                        strict=True,
+                    )
+                )
+                for tr in table.select("tbody tr")
+            ]
+    pytest.fail(f"no table with a {heading!r} column on the page")
+
+
+def number(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def test_the_page_has_its_label_and_title(soup):
+    assert soup.select_one("span#strategies, section#strategies, [id='strategies']") is not None
+    assert soup.h1 is not None
+    assert "Strategies compared" in soup.h1.get_text()
+
+
+def test_the_table_shows_different_parameter_bytes_for_dp_and_fsdp(soup):
+    rows = {row["strategy"]: row for row in table_with(soup, "parameter bytes per device")}
+    assert list(rows) == ["DP", "FSDP", "TP"]
+    params = {s: number(row["parameter bytes per device"]) for s, row in rows.items()}
+    grads = {s: number(row["gradient bytes per device"]) for s, row in rows.items()}
+    # w1 (16, 64) and w2 (64, 8) in float32: 6144 bytes; FSDP splits them 8 ways, TP 4 ways.
+    assert params == {"DP": 6144, "FSDP": 768, "TP": 1536}
+    assert params["DP"] != params["FSDP"]
+    assert grads == params
+    assert rows["TP"]["mesh"] == "2 (data) x 4 (model)"
+    for row in rows.values():
+        assert re.fullmatch(r"\d+\.\d\d ms", row["step time"])
+
+
+def test_the_collectives_of_each_compiled_step_are_listed_with_their_bytes(soup):
+    text = "\n".join(div.get_text() for div in soup.select("div.cell_output pre"))
+    found: dict[str, list[tuple[str, int]]] = {}
+    strategy = ""
+    for line in text.splitlines():
+        heading = re.match(r"(DP|FSDP|TP) on \{", line)
+        if heading:
+            strategy = heading[1]
+        listed = re.match(r"\s+([a-z-]+) -> .+ \((\d+) bytes\) among (.+)", line)
+        if listed:
+            assert listed[3] != "all devices"  # the groups XLA printed were read
+            found.setdefault(strategy, []).append((listed[1], int(listed[2])))
+    assert found["DP"] == [("all-reduce", 6144)]
+    assert sorted(found["FSDP"]) == [
+        ("all-gather", 2048),
+        ("all-gather", 4096),
+        ("reduce-scatter", 256),
+        ("reduce-scatter", 512),
+    ]
+    assert sorted(found["TP"]) == [("all-reduce", 512), ("all-reduce", 1536)]
+    summary = {row["strategy"]: row for row in table_with(soup, "collectives per step")}
+    for name, listed in found.items():
+        assert number(summary[name]["collectives per step"]) == len(listed)
+        assert number(summary[name]["their bytes per device"]) == sum(b for _, b in listed)
+
+
+def test_every_strategy_took_the_numpy_step(soup):
+    text = "\n".join(div.get_text() for div in soup.select("div.cell_output"))
+    differences = re.findall(
+        r"(DP|FSDP|TP)\s+largest difference: from NumPy (\S+), from jax.grad (\S+)", text
+    )
+    assert [d[0] for d in differences] == ["DP", "FSDP", "TP"]
+    for _, vs_numpy, vs_jax in differences:
+        assert float(vs_numpy) < 1e-5
+        assert float(vs_jax) < 1e-5
+
+
+def test_the_chart_is_an_svg_with_every_figure_in_its_text_alternative(soup):
+    image = soup.select_one("div.cell_output img.strategies-chart")
+    assert isinstance(image, Tag)
+    alt = str(image["alt"])
+    assert alt.startswith("Bar charts comparing DP, FSDP, TP.")
+    assert "Parameter bytes per device: DP 6,144 B; FSDP 768 B; TP 1,536 B." in alt
+    assert "Gradient bytes per device: DP 6,144 B; FSDP 768 B; TP 1,536 B." in alt
+    assert "Collective bytes per step, per device: DP 6,144 B; FSDP 6,912 B; TP 2,048 B." in alt
+    assert "shared CPU cores" in alt
+    source = str(image["src"])
+    assert source.startswith("data:image/svg+xml;base64,")
+    svg = base64.b64decode(source.split(",", 1)[1]).decode()
+    assert "<svg" in svg
+
+
+def test_the_page_says_the_step_time_is_not_a_speed_up(soup):
+    text = " ".join(soup.get_text(" ").split())
+    assert "not a speed-up claim" in text
+    assert "CPU devices that share this machine" in text
