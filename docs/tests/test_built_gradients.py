@@ -30,7 +30,7 @@ def text() -> str:
     if not path.is_file():
         pytest.fail(f"{path} is missing: build the site first (nox -s docs)")
     soup = BeautifulSoup(path.read_text(), "html.parser")
-    outputs = "\n".join(div.get_text() for div in soup.select("div.cell_output"))
+    outputs = "".join(pre.get_text() for pre in soup.select("div.cell_output pre"))
     return re.sub(r"\n{2,}", "\n", outputs)
 
 
@@ -92,7 +92,7 @@ def test_the_pmap_recipe_is_right_under_pmap_and_8_or_64_times_under_shard_map(t
 
 def test_check_vma_false_makes_gradients_per_device(text):
     # Each device's gradient of its own 2 rows, as the page showed them earlier.
-    per_device = "per device: [-2. -3.] on device 0 ... [-842. -871.] on device 7"
+    per_device = "[-2. -3.] on device 0 ... [-842. -871.] on device 7"
     assert "[-842. -871.]]\ntheir sum:" in text
     assert rows(text, "x, on every device") == {
         "local_loss_then_pmean_grads": "[-310. -325.]  1",
