@@ -92,7 +92,7 @@ def test_the_pmap_recipe_is_right_under_pmap_and_8_or_64_times_under_shard_map(t
 
 def test_check_vma_false_makes_gradients_per_device(text):
     # Each device's gradient of its own 2 rows, as the page showed them earlier.
-    per_device = "[-2. -3.] on device 0 ... [-842. -871.] on device 7"
+    per_device = "devices 0..7: [-2. -3.] ... [-842. -871.]"
     assert "[-842. -871.]]\ntheir sum:" in text
     assert rows(text, "x, on every device") == {
         "local_loss_then_pmean_grads": "[-310. -325.]  1",
