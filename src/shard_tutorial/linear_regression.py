@@ -72,9 +72,15 @@ def check_step_inputs(w: object, b: object, x: object, y: object, lr: object) ->
     if y_ != (x_[0], w_[1]):
         msg = f"y must have shape (B, d_out) = {(x_[0], w_[1])}, got {y_}"
         raise ValueError(msg)
-    if x_[0] == 0 or w_[1] == 0:
+    if x_[0] == 0:
         msg = (
-            f"the batch and the output must not be empty (B={x_[0]}, d_out={w_[1]}): the "
+            f"x and y must have at least one row, got x of shape {x_}: the mean squared "
+            "error of an empty batch is not a number"
+        )
+        raise ValueError(msg)
+    if w_[1] == 0:
+        msg = (
+            f"w and b must have at least one output (d_out >= 1), got w of shape {w_}: the "
             "mean squared error of no elements is not a number"
         )
         raise ValueError(msg)
@@ -143,10 +149,14 @@ def make_case(
 
 
 def _scales(batch: int) -> Iterator[tuple[int, int]]:
-    """(scale, devices) for the wrong step sizes a device count gives: d and d squared."""
-    for devices in device_counts(batch):
-        yield devices, devices
-        yield devices * devices, devices
+    """(scale, devices) for the wrong step sizes a device count gives: d, then d squared.
+
+    Every d first: a step 4 times too long is one sum too many on 4 devices before it
+    is two on 2 (the sentence for d names both ways of summing once too often).
+    """
+    counts = list(device_counts(batch))
+    yield from ((devices, devices) for devices in counts)
+    yield from ((devices * devices, devices) for devices in counts)
 
 
 def explain_step(
@@ -206,12 +216,14 @@ def explain_step(
             rows = x.shape[0] // devices
             alone_w, alone_b = oracle_step(w, b, x[:rows], y[:rows], lr)
             if close(got_w, alone_w) and close(got_b, alone_b):
+                plural = "s" if rows > 1 else ""
                 return (
                     f"These are the parameters one device of {devices} computed from its own "
-                    f"block of {rows} row{'s' if rows > 1 else ''} only: each device took its own step, and the devices "
-                    "now disagree. The gradient must cover the whole batch: take the "
-                    'jax.lax.pmean of the loss over "data" (with check_vma=True, JAX then '
-                    "sums the gradient over the devices)"
+                    f"block of {rows} row{plural} only: each device took its own step, and the "
+                    "devices now disagree (what check_vma=False lets through: JAX then neither "
+                    "sums the gradient of a replicated parameter over the devices nor checks "
+                    "that out_specs=P() holds). The gradient must cover the whole batch: keep "
+                    'check_vma=True (the default) and take the jax.lax.pmean of the loss over "data"'
                 )
     if close(moved_w, 0 * moved_w) and close(moved_b, 0 * moved_b):
         return "The parameters did not move: was the update w - lr * dw returned?"

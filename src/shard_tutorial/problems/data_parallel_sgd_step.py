@@ -80,11 +80,11 @@ def data_parallel_sgd_step(
       >>> tuple(new_w.sharding.spec), len(new_w.sharding.device_set)
       ((None, None), 8)
     """
-    lr = check_step_inputs(w, b, x, y, lr)
-    mesh = data_mesh_for(x, w, b, y, lr)
+    rate = check_step_inputs(w, b, x, y, lr)  # a float, or a tracer under jax.jit
+    mesh = data_mesh_for(x, w, b, y, rate)
     w, b = place((w, b), NamedSharding(mesh, P()))  # a whole copy on every device
     x, y = place((x, y), NamedSharding(mesh, P("data")))  # a block of rows on each
-    return _sgd_step(mesh)(w, b, x, y, lr)
+    return _sgd_step(mesh)(w, b, x, y, rate)
 
 
 def _local_step(

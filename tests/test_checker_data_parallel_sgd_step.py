@@ -1,0 +1,120 @@
+"""The checker on data_parallel_sgd_step: the reference passes; each classic mistake of its
+page, written as a reader's file, fails on 8 devices with its explanation.
+
+Each mistake is right on one device, where the block is the whole batch: the checker's
+run on 1 device passes it, and only the run on 8 shows what is wrong.
+"""
+
+from __future__ import annotations
+
+import inspect
+import shutil
+import textwrap
+
+import pytest
+
+from shard_tutorial import PROBLEMS, check
+
+# Each check runs in worker processes with their own device counts (1 and 8): the
+# suite's --devices cannot change these outcomes, so nox runs them once per Python.
+pytestmark = pytest.mark.subprocesses
+
+NAME = "data_parallel_sgd_step"
+SEED = 13  # the checker adds fresh random cases; a fixed seed keeps them the same
+
+HEADER = """\
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from shard_tutorial import data_mesh
+
+
+def data_parallel_sgd_step(w, b, x, y, lr):
+    mesh = data_mesh(x.shape[0])
+    w, b = jax.device_put((w, b), NamedSharding(mesh, P()))
+    x, y = jax.device_put((x, y), NamedSharding(mesh, P("data")))
+    step = jax.jit(jax.shard_map(
+        lambda w, b, x, y: local_step(w, b, x, y, lr),
+        mesh=mesh,
+        in_specs=(P(), P(), P("data"), P("data")),
+        out_specs=(P(), P()),
+        check_vma=CHECK_VMA,
+    ))
+    return step(w, b, x, y)
+
+"""
+
+# (the body of local_step, check_vma, the words the report must contain)
+MISTAKES = {
+    "a local-mean loss with no collective (8x)": (
+        """
+        def local_step(w, b, x, y, lr):
+            loss = lambda w, b: jnp.mean((x @ w + b - y) ** 2)  # this block's mean only
+            dw, db = jax.grad(loss, argnums=(0, 1))(w, b)
+            return w - lr * dw, b - lr * db
+        """,
+        True,
+        (
+            "The step is 8 times the right one, as on 8 devices when the gradient is summed "
+            "over them once more than it should be"
+        ),
+    ),
+    "a pmean of gradients JAX already summed (8x)": (
+        """
+        def local_step(w, b, x, y, lr):
+            loss = lambda w, b: jnp.mean((x @ w + b - y) ** 2)
+            grads = jax.grad(loss, argnums=(0, 1))(w, b)
+            dw, db = jax.lax.pmean(grads, "data")  # the pmap-era recipe
+            return w - lr * dw, b - lr * db
+        """,
+        True,
+        "a pmean of them changes nothing",
+    ),
+    "a psum of gradients JAX already summed (64x)": (
+        """
+        def local_step(w, b, x, y, lr):
+            loss = lambda w, b: jnp.mean((x @ w + b - y) ** 2)
+            grads = jax.grad(loss, argnums=(0, 1))(w, b)
+            dw, db = jax.lax.psum(grads, "data")
+            return w - lr * dw, b - lr * db
+        """,
+        True,
+        "The step is 64 times the right one, 8 x 8 on 8 devices",
+    ),
+    "check_vma=False: each device its own parameters": (
+        """
+        def local_step(w, b, x, y, lr):
+            loss = lambda w, b: jax.lax.pmean(jnp.mean((x @ w + b - y) ** 2), "data")
+            dw, db = jax.grad(loss, argnums=(0, 1))(w, b)
+            return w - lr * dw, b - lr * db
+        """,
+        False,
+        (
+            "the devices hold different values for w and b, which the output's sharding says "
+            "every device holds a copy of"
+        ),
+    ),
+}
+
+
+def test_the_reference_copied_into_a_file_passes_on_1_and_8_devices(tmp_path):
+    path = tmp_path / f"{NAME}.py"
+    shutil.copyfile(inspect.getfile(PROBLEMS[NAME].reference), path)
+    report = check(NAME, path, seed=SEED)
+    assert report.passed, str(report)
+    assert [run.devices for run in report.runs] == [1, 8]
+
+
+@pytest.mark.parametrize("mistake", list(MISTAKES))
+def test_each_classic_mistake_fails_on_8_devices_with_its_explanation(mistake, tmp_path):
+    body, check_vma, words = MISTAKES[mistake]
+    path = tmp_path / f"{NAME}.py"
+    path.write_text(HEADER.replace("CHECK_VMA", str(check_vma)) + textwrap.dedent(body))
+    report = check(NAME, path, seed=SEED)
+    text = " ".join(str(report).split())  # the report wraps lines
+    one, eight = report.runs
+    assert one.passed, text  # one device: the block is the whole batch, nothing to sum
+    assert not eight.passed
+    assert words in text, text
