@@ -343,7 +343,7 @@ def _describe_shards(value: Any, header: dict[str, Any]) -> tuple[dict[str, Any]
     return header, b"".join(chunks)
 
 
-def _resolve(name: str) -> Callable[..., Any]:
+def _resolve(name: str) -> Any:
     """The function ``"module:qualname"`` names, imported now (after JAX has its devices)."""
     import importlib  # noqa: PLC0415
 
@@ -351,7 +351,7 @@ def _resolve(name: str) -> Callable[..., Any]:
     found: Any = importlib.import_module(module)
     for part in qualname.split("."):
         found = getattr(found, part)
-    return found  # type: ignore[no-any-return]
+    return found
 
 
 def _join_cluster(cluster: dict[str, Any]) -> None:

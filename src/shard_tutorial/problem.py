@@ -238,10 +238,10 @@ class Problem:
 
     name: str
     title: str
-    reference: Callable[..., jax.Array]
-    oracle: Callable[..., np.ndarray]
+    reference: Callable[..., Any]  # an array, or a tuple of them (see outputs)
+    oracle: Callable[..., Any]
     make_cases: Callable[[], Sequence[Case]] = dataclasses.field(repr=False)
-    unsharded: Callable[..., jax.Array] = dataclasses.field(repr=False)
+    unsharded: Callable[..., Any] = dataclasses.field(repr=False)
     rtol: float = 1e-5
     atol: float = 1e-6
     explain: Callable[[Case, Any, Any], str | None] | None = dataclasses.field(
