@@ -71,7 +71,7 @@ def test_the_solution_is_split_by_rows_and_right(soup):
 
 
 def test_the_compiled_steps_gather_and_reduce_scatter_against_one_all_reduce(soup):
-    printed = cell_output(soup, "for collective in collectives(step, *step_args)")
+    printed = cell_output(soup, "collectives(step, *step_args)")
     fsdp, dp = printed.split("data-parallel:")
     assert "all-gather -> f32[64,4] (1024 bytes)" in fsdp  # forward: the whole w
     assert "reduce-scatter -> f32[8,4] (128 bytes)" in fsdp  # backward: own rows only
