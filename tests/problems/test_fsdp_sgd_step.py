@@ -143,7 +143,9 @@ def test_the_compiled_step_gathers_w_and_reduce_scatters_its_gradient(device_cou
     scattered = by_kind["reduce-scatter"]  # dw: each device the sum for its own rows only
     assert (scattered.result, scattered.nbytes) == (f"f32[{16 // n},3]", 16 // n * 3 * 4)
     # The one all-reduce is b's gradient (3 numbers): none of w's gradient, whole or in part.
-    assert (by_kind["all-reduce"].result, by_kind["all-reduce"].nbytes) == ("f32[3]", 12)
+    # (XLA of jax 0.10 reshapes it to f32[1,3] first; later ones keep f32[3].)
+    summed = by_kind["all-reduce"]
+    assert (summed.result.replace("[1,", "["), summed.nbytes) == ("f32[3]", 12)
 
 
 def test_each_device_keeps_only_its_rows_of_w(device_count):
