@@ -25,6 +25,7 @@ from shard_tutorial.problems._blocks import device_counts
 from shard_tutorial.validation import check_array, check_floating, require_finite_number
 
 __all__ = [
+    "REPLICATED_GRADIENTS_SUMMED",
     "check_step_inputs",
     "explain_step",
     "make_case",
@@ -159,16 +160,29 @@ def _scales(batch: int) -> Iterator[tuple[int, int]]:
     yield from ((devices * devices, devices) for devices in counts)
 
 
+REPLICATED_GRADIENTS_SUMMED = (
+    "JAX already sums the gradient of a replicated parameter over the devices (the "
+    "transpose of its implicit broadcast)"
+)
+"""The d-times explanation's account of how JAX sums the gradients (data parallelism)."""
+
+
 def explain_step(
     case: Case,
     _expected: tuple[np.ndarray, np.ndarray],
     received: tuple[np.ndarray, np.ndarray],
+    *,
+    already_summed: str = REPLICATED_GRADIENTS_SUMMED,
 ) -> str | None:
     """Recognise the classic data-parallel mistakes in a wrong ``(w, b)``.
 
     - the step is ``d`` or ``d * d`` times the right one, ``d`` a device count that
       divides the batch: gradients summed once or twice too often;
     - the step is the one a single device takes from its own block of the batch.
+
+    ``already_summed`` is the clause of the ``d``-times sentence that says how JAX
+    sums the gradients over the devices: a problem whose parameters are laid out
+    otherwise (fully sharded) words it for its own layout.
 
     Examples:
       >>> import numpy as np
@@ -198,8 +212,7 @@ def explain_step(
                     return (
                         f"The step is {scale} times the right one, as on {devices} devices "
                         "when the gradient is summed over them once more than it should be. "
-                        "JAX already sums the gradient of a replicated parameter over the "
-                        "devices (the transpose of its implicit broadcast), so either the loss "
+                        f"{already_summed}, so either the loss "
                         f"was each device's own mean ({devices} gradients of the whole "
                         "batch's size, added up; a pmean of them changes nothing), or a psum "
                         "was added to gradients JAX had already summed. Take the loss's "

@@ -132,6 +132,9 @@ class Placement:
       blocks: how many blocks ``axis`` is asked to be cut into, given a case's
         arguments and the device count; when it says 1, any layout is right.
         None: as many as the devices holding the output (a 1-D mesh).
+      spec: the ``PartitionSpec`` the verdict names when every device holds the
+        whole output, as the contract writes it, e.g. ``'P("data", None)'`` for
+        a weight split by rows.
 
     Examples:
       >>> from shard_tutorial.problem import Placement
@@ -139,12 +142,16 @@ class Placement:
       right values, but every device holds the whole result: out_specs=P() where P("data") was asked for (axis 0 split over the devices)
       >>> Placement(axis=0).diagnose(shape=(16,), split=(8,), devices=8) is None
       True
+      >>> rows = Placement(axis=0, spec='P("data", None)')
+      >>> print(rows.diagnose(shape=(16, 2), split=(1, 1), devices=8))
+      right values, but every device holds the whole result: out_specs=P() where P("data", None) was asked for (axis 0 split over the devices)
     """
 
     axis: int | None
     blocks: Callable[[tuple[Any, ...], int], int] | None = dataclasses.field(
         default=None, repr=False
     )
+    spec: str = dataclasses.field(default='P("data")', repr=False)
 
     def diagnose(
         self,
@@ -182,7 +189,7 @@ class Placement:
         if not split_axes:
             return (
                 "right values, but every device holds the whole result: out_specs=P() where "
-                f'P("data") was asked for (axis {self.axis} split over the devices)'
+                f"{self.spec} was asked for (axis {self.axis} split over the devices)"
             )
         return (
             f"right values, but the result is split along axis {split_axes[0]} where axis "

@@ -31,7 +31,8 @@ from shard_tutorial.linear_regression import (
     unsharded_step,
 )
 from shard_tutorial.meshes import data_mesh, data_mesh_for, place, usable_device_count
-from shard_tutorial.problem import SHARD_MAP, Case, Placement, Problem
+from shard_tutorial.problem import SHARD_MAP, Case, Placement, Problem, precise
+from shard_tutorial.problems._blocks import device_counts
 
 __all__ = ["PROBLEM", "fsdp_sgd_step"]
 
@@ -81,12 +82,12 @@ def fsdp_sgd_step(
       >>> tuple(new_w.sharding.spec), new_w.addressable_shards[0].data.shape
       (('data', None), (2, 2))
     """
-    lr = check_step_inputs(w, b, x, y, lr)
-    mesh = data_mesh_for(x, w, b, y, lr, length=math.gcd(x.shape[0], w.shape[0]))
+    rate = check_step_inputs(w, b, x, y, lr)
+    mesh = data_mesh_for(x, w, b, y, rate, length=math.gcd(x.shape[0], w.shape[0]))
     w = place(w, NamedSharding(mesh, P("data", None)))  # a block of rows on each device
     b = place(b, NamedSharding(mesh, P()))
     x, y = place((x, y), NamedSharding(mesh, P("data")))
-    return _fsdp_step(mesh)(w, b, x, y, lr)
+    return _fsdp_step(mesh)(w, b, x, y, rate)
 
 
 def _local_step(
@@ -129,6 +130,83 @@ def _arrange(args: tuple[Any, ...]) -> tuple[Any, ...]:
     w, b, x, y, lr = args
     mesh = data_mesh(math.gcd(x.shape[0], w.shape[0]))
     return (place(w, NamedSharding(mesh, P("data", None))), b, x, y, lr)
+
+
+FSDP_GRADIENTS_SUMMED = (
+    "JAX already sums the gradients over the devices: w's by the reduce-scatter that is the "
+    "transpose of its all_gather, b's by the all-reduce that is the transpose of its "
+    "implicit broadcast"
+)
+
+
+def _explain(
+    case: Case,
+    expected: tuple[np.ndarray, np.ndarray],
+    received: tuple[np.ndarray, np.ndarray],
+) -> str | None:
+    """Recognise the fully-sharded step's classic mistakes in a wrong ``(w, b)``.
+
+    A ``psum`` (or ``pmean``) of the gradients ``jax.grad`` returns: ``w``'s
+    gradient arrives reduce-scattered, each device holding the summed gradient
+    of its own rows, so an all-reduce of it adds up the gradients of different
+    rows; ``b``'s arrives summed, so a ``psum`` multiplies its step by the
+    device count. Then the data-parallel mistakes (:func:`explain_step`), worded
+    for a weight split by rows.
+
+    Examples:
+      >>> import numpy as np
+      >>> from shard_tutorial.linear_regression import make_case, oracle_step
+      >>> from shard_tutorial.problems.fsdp_sgd_step import _explain
+      >>> case = make_case(np.random.default_rng(0), "B=8, d_in=4", 8, 4, 2)
+      >>> w, b, *_ = case.args
+      >>> right_w, right_b = oracle_step(*case.args)
+      >>> rows = (right_w - w).reshape(4, 1, 2).sum(axis=0)  # 4 blocks' steps added up
+      >>> psummed = (w + np.tile(rows, (4, 1)), b + 4 * (right_b - b))
+      >>> print(_explain(case, (right_w, right_b), psummed))
+      Each device's block of w moved by the gradients of all 4 blocks of rows added up...
+    """
+    w, b, x, y, lr = case.args
+    got_w, got_b = (precise(np.asarray(r)) for r in received)
+    right_w, right_b = oracle_step(w, b, x, y, lr)
+    step_w, step_b = right_w - precise(w), right_b - precise(b)
+    moved_w, moved_b = got_w - precise(w), got_b - precise(b)
+    if got_w.shape != step_w.shape or got_b.shape != step_b.shape:
+        return None
+
+    def close(a: np.ndarray, c: np.ndarray) -> bool:
+        return bool(np.allclose(a, c, rtol=1e-3, atol=1e-5 * (1 + np.abs(c).max(initial=0))))
+
+    d_in, d_out = step_w.shape
+    for devices in device_counts(math.gcd(x.shape[0], d_in)):
+        rows = step_w.reshape(devices, d_in // devices, d_out).sum(axis=0)
+        every_block = np.tile(rows, (devices, 1))  # each block: all blocks' steps added up
+        if close(step_w, every_block):
+            continue  # the blocks' steps coincide: nothing to tell apart
+        if close(moved_w, every_block) and close(moved_b, devices * step_b):
+            return (
+                f"Each device's block of w moved by the gradients of all {devices} blocks of "
+                f"rows added up, and b by {devices} times its step: a psum of the gradients "
+                "jax.grad returned, as in the pmap-era recipe. They are already combined: "
+                "w's arrives reduce-scattered (the transpose of its all_gather: each device "
+                "holds the whole batch's gradient of its own rows) and b's summed over the "
+                "devices; an extra all-reduce adds up the gradients of different rows of w. "
+                "Take them as they are"
+            )
+        if close(moved_w, every_block / devices) and close(moved_b, step_b):
+            return (
+                f"Each device's block of w moved by the mean of the gradients of all {devices} "
+                "blocks of rows: a pmean of the gradient jax.grad returned, which arrives "
+                "reduce-scattered (the transpose of the all_gather: each device holds the "
+                "whole batch's gradient of its own rows); an extra all-reduce mixes the "
+                "gradients of different rows of w. Take it as it is"
+            )
+        if close(moved_w, step_w) and close(moved_b, devices * step_b):
+            return (
+                f"w is right, but b moved by {devices} times its step: a psum of b's "
+                "gradient, which JAX had already summed over the devices (the transpose "
+                "of b's implicit broadcast). Take it as it is"
+            )
+    return explain_step(case, expected, received, already_summed=FSDP_GRADIENTS_SUMMED)
 
 
 def _generate(rng: np.random.Generator) -> Case:
@@ -176,7 +254,7 @@ PROBLEM = Problem(
     unsharded=unsharded_step,
     rtol=1e-5,
     atol=1e-5,  # float32 matmuls and sums of up to 256 rows, in another order than NumPy's
-    explain=explain_step,
+    explain=_explain,
     imports=(
         "import math",
         "",
@@ -189,7 +267,10 @@ PROBLEM = Problem(
     ),
     generate=_generate,
     techniques=(SHARD_MAP,),
-    placement=(Placement(axis=0, blocks=_shared_devices), Placement(axis=None)),
+    placement=(
+        Placement(axis=0, blocks=_shared_devices, spec='P("data", None)'),
+        Placement(axis=None),
+    ),
     folder="training",
     outputs=("w", "b"),
     arrange=_arrange,

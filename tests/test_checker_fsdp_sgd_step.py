@@ -1,0 +1,138 @@
+"""The checker on fsdp_sgd_step: the reference, copied into a reader's file, passes; each
+classic mistake of its page, written as a reader would, fails with its explanation.
+
+Each check runs the solution in fresh processes on 1 and 8 fake devices, whatever device
+count this test process has: one check per mistake, with a fixed seed.
+"""
+
+from __future__ import annotations
+
+import inspect
+import shutil
+
+import pytest
+
+from shard_tutorial import PROBLEMS, check
+
+# Each check runs in worker processes with their own device counts (1 and 8): the
+# suite's --devices cannot change these outcomes, so nox runs them once per Python.
+pytestmark = pytest.mark.subprocesses
+
+NAME = "fsdp_sgd_step"
+SEED = 13
+
+HEADER = """\
+import math
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from shard_tutorial import data_mesh
+
+
+def laid_out(w, b, x, y, w_spec):
+    mesh = data_mesh(math.gcd(x.shape[0], w.shape[0]))
+    put = lambda a, spec: jax.device_put(a, NamedSharding(mesh, spec))
+    return mesh, put(w, w_spec), put(b, P()), put(x, P("data")), put(y, P("data"))
+
+
+def mean_loss(w, b, x, y):
+    return jax.lax.pmean(jnp.mean((x @ w + b - y) ** 2), "data")
+
+"""
+
+# The FSDP step as a reader writes it, with {gradients} the line that takes them.
+FSDP_STEP = """
+def fsdp_sgd_step(w, b, x, y, lr):
+    mesh, w, b, x, y = laid_out(w, b, x, y, P("data", None))
+
+    def step(w_rows, b, x, y):
+        def loss(w_rows, b):
+            w = jax.lax.all_gather(w_rows, "data", axis=0, tiled=True)
+            return {loss}
+
+        dw, db = jax.grad(loss, argnums=(0, 1))(w_rows, b)
+        {gradients}
+        return w_rows - lr * dw, b - lr * db
+
+    specs = (P("data", None), P(), P("data"), P("data"))
+    return jax.shard_map(step, mesh=mesh, in_specs=specs, out_specs=specs[:2])(w, b, x, y)
+"""
+
+# Right values, but every device keeps (and returns) the whole w: data parallelism.
+REPLICATED_W = """
+def fsdp_sgd_step(w, b, x, y, lr):
+    mesh, w, b, x, y = laid_out(w, b, x, y, P())
+
+    def step(w, b, x, y):
+        dw, db = jax.grad(mean_loss, argnums=(0, 1))(w, b, x, y)
+        return w - lr * dw, b - lr * db
+
+    specs = (P(), P(), P("data"), P("data"))
+    return jax.shard_map(step, mesh=mesh, in_specs=specs, out_specs=specs[:2])(w, b, x, y)
+"""
+
+# (solution, words its explanation must contain on 8 devices)
+MISTAKES = {
+    "a psum of the gradients (the pmap-era recipe)": (
+        FSDP_STEP.format(
+            loss="mean_loss(w, b, x, y)",
+            gradients='dw, db = jax.lax.psum(dw, "data"), jax.lax.psum(db, "data")',
+        ),
+        (
+            "Each device's block of w moved by the gradients of all 8 blocks of rows added up, "
+            "and b by 8 times its step: a psum of the gradients jax.grad returned"
+        ),
+    ),
+    "each device's own mean loss": (
+        FSDP_STEP.format(loss="jnp.mean((x @ w + b - y) ** 2)", gradients="pass"),
+        (
+            "The step is 8 times the right one, as on 8 devices when the gradient is summed "
+            "over them once more than it should be. JAX already sums the gradients over the "
+            "devices: w's by the reduce-scatter that is the transpose of its all_gather"
+        ),
+    ),
+}
+
+
+def _run(tmp_path, source: str):
+    path = tmp_path / f"{NAME}.py"
+    path.write_text(source)
+    return check(NAME, path, seed=SEED)
+
+
+def test_the_reference_copied_into_a_file_passes_on_1_and_8_devices(tmp_path):
+    path = tmp_path / f"{NAME}.py"
+    shutil.copyfile(inspect.getfile(PROBLEMS[NAME].reference), path)
+    report = check(NAME, path, seed=SEED)
+    assert report.passed, str(report)
+    assert [run.devices for run in report.runs] == [1, 8]
+
+
+def test_the_right_step_written_as_a_reader_would_passes(tmp_path):
+    report = _run(
+        tmp_path, HEADER + FSDP_STEP.format(loss="mean_loss(w, b, x, y)", gradients="pass")
+    )
+    assert report.passed, str(report)
+
+
+def test_w_returned_whole_on_every_device_is_a_placement_verdict(tmp_path):
+    report = _run(tmp_path, HEADER + REPLICATED_W)
+    one, eight = report.runs
+    assert one.passed, str(report)  # one device holds everything anyway
+    assert {r.status for r in eight.results} == {"pass", "placement"}, str(report)
+    text = " ".join(str(report).split())
+    verdict = "w: right values, but every device holds the whole result: out_specs=P() where "
+    assert verdict + 'P("data", None) was asked for (axis 0 split over the devices)' in text
+
+
+@pytest.mark.parametrize("mistake", list(MISTAKES))
+def test_each_classic_mistake_fails_on_8_devices_with_its_explanation(mistake, tmp_path):
+    body, words = MISTAKES[mistake]
+    report = _run(tmp_path, HEADER + body)
+    one, eight = report.runs
+    assert one.passed, str(report)  # on one device there is nothing to sum twice
+    assert not eight.passed
+    assert words in " ".join(str(report).split()), str(report)  # the report wraps lines
