@@ -21,7 +21,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
+import optax  # type: ignore[import-untyped]
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -97,11 +97,17 @@ def nnx_data_parallel_step(
         )
         raise ValueError(msg)
     model = nnx.Linear(x.shape[-1], y.shape[-1], rngs=nnx.Rngs(seed))  # built once
-    lr = check_step_inputs(model.kernel[...], model.bias[...], x, y, lr)
-    mesh = data_mesh_for(x, y, model, lr)
+    rate = check_step_inputs(*_parameters(model), x, y, lr)
+    mesh = data_mesh_for(x, y, model, rate)
     model = place(model, NamedSharding(mesh, P()))  # a whole copy on every device
     x, y = place((x, y), NamedSharding(mesh, P("data")))  # a block of rows on each
-    model = _sgd_step(mesh)(model, x, y, lr)
+    model = _sgd_step(mesh)(model, x, y, rate)
+    return _parameters(model)
+
+
+def _parameters(model: nnx.Linear) -> tuple[jax.Array, jax.Array]:
+    """The arrays of the model's kernel and bias (an ``nnx.Param`` holds one: ``param[...]``)."""
+    assert model.bias is not None  # nnx.Linear has a bias unless built with use_bias=False
     return model.kernel[...], model.bias[...]
 
 
@@ -137,8 +143,8 @@ def _sgd_step(mesh: Mesh) -> Callable[..., nnx.Linear]:
 
 def _initial_parameters(seed: int, d_in: int, d_out: int) -> tuple[np.ndarray, np.ndarray]:
     """The ``(kernel, bias)`` that ``nnx.Linear(d_in, d_out, rngs=nnx.Rngs(seed))`` starts with."""
-    model = nnx.Linear(d_in, d_out, rngs=nnx.Rngs(int(seed)))
-    return np.asarray(model.kernel[...]), np.asarray(model.bias[...])
+    kernel, bias = _parameters(nnx.Linear(d_in, d_out, rngs=nnx.Rngs(int(seed))))
+    return np.asarray(kernel), np.asarray(bias)
 
 
 def _oracle(seed: int, x: np.ndarray, y: np.ndarray, lr: float) -> tuple[np.ndarray, np.ndarray]:
@@ -153,7 +159,7 @@ def _unsharded(seed: int, x: jax.Array, y: jax.Array, lr: float) -> tuple[jax.Ar
     optimizer = nnx.Optimizer(model, optax.sgd(lr), wrt=nnx.Param)
     grads = nnx.grad(lambda model: jnp.mean((model(x) - y) ** 2))(model)
     optimizer.update(model, grads)
-    return model.kernel[...], model.bias[...]
+    return _parameters(model)
 
 
 def _explain(
