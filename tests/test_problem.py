@@ -193,7 +193,12 @@ def test_the_registry_lists_every_problem_in_reading_order_and_loads_on_demand()
         "shard_map_all_to_all",
         "shard_map_axis_index",
     ]
-    order += ["data_parallel_sgd_step", "fsdp_sgd_step", "tensor_parallel_mlp"]  # Part III
+    order += [  # Part III, training across devices
+        "data_parallel_sgd_step",
+        "fsdp_sgd_step",
+        "tensor_parallel_mlp",
+        "nnx_data_parallel_step",
+    ]
     assert out.stdout.strip() == f"{order} [] ['shard_tutorial.problems.shard_map_psum']"
     assert len(PROBLEMS) == len(order)
     with pytest.raises(KeyError):

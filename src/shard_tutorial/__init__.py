@@ -15,7 +15,9 @@ Examples:
   >>> list(shard_tutorial.PROBLEMS)
   ['shard_map_double', 'shard_map_vs_vmap', 'shard_map_psum', 'shard_map_simulate',
    'shard_map_pmean', 'shard_map_all_gather', 'shard_map_ppermute',
-   'shard_map_psum_scatter', 'shard_map_all_to_all', 'shard_map_axis_index']
+   'shard_map_psum_scatter', 'shard_map_all_to_all', 'shard_map_axis_index',
+   'data_parallel_sgd_step', 'fsdp_sgd_step', 'tensor_parallel_mlp',
+   'nnx_data_parallel_step']
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ _LAZY = {
     "data_parallel_sgd_step": "shard_tutorial.problems.data_parallel_sgd_step",
     "fsdp_sgd_step": "shard_tutorial.problems.fsdp_sgd_step",
     "tensor_parallel_mlp": "shard_tutorial.problems.tensor_parallel_mlp",
+    "nnx_data_parallel_step": "shard_tutorial.problems.nnx_data_parallel_step",
     "get_problem": "shard_tutorial.problems",
     "join_cluster": "shard_tutorial.launcher",
     "launch": "shard_tutorial.launcher",
@@ -73,6 +76,7 @@ __all__ = [
     "get_problem",
     "join_cluster",
     "launch",
+    "nnx_data_parallel_step",
     "place",
     "shard_map_all_gather",
     "shard_map_all_to_all",
@@ -120,6 +124,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from shard_tutorial.problems import PROBLEMS, get_problem
     from shard_tutorial.problems.data_parallel_sgd_step import data_parallel_sgd_step
     from shard_tutorial.problems.fsdp_sgd_step import fsdp_sgd_step
+    from shard_tutorial.problems.nnx_data_parallel_step import nnx_data_parallel_step
     from shard_tutorial.problems.shard_map_all_gather import shard_map_all_gather
     from shard_tutorial.problems.shard_map_all_to_all import shard_map_all_to_all
     from shard_tutorial.problems.shard_map_axis_index import shard_map_axis_index

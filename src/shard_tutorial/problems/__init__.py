@@ -55,6 +55,7 @@ PROBLEMS: Mapping[str, Problem] = _Registry(
         "data_parallel_sgd_step",
         "fsdp_sgd_step",
         "tensor_parallel_mlp",
+        "nnx_data_parallel_step",
     )
 )
 """Every problem by name, in the site's reading order."""

@@ -1,0 +1,140 @@
+"""The checker on nnx_data_parallel_step: the reference passes; each classic mistake of its
+page, written as a reader's file in Flax NNX, fails with its explanation.
+
+The two gradient mistakes are right on one device, where the block is the whole batch:
+only the run on 8 devices shows them. Returning the model instead of its arrays fails
+on both.
+"""
+
+from __future__ import annotations
+
+import inspect
+import shutil
+import textwrap
+
+import pytest
+
+from shard_tutorial import PROBLEMS, check
+
+# Each check runs in worker processes with their own device counts (1 and 8): the
+# suite's --devices cannot change these outcomes, so nox runs them once per Python.
+pytestmark = pytest.mark.subprocesses
+
+NAME = "nnx_data_parallel_step"
+SEED = 13  # the checker adds fresh random cases; a fixed seed keeps them the same
+
+HEADER = """\
+import functools
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from shard_tutorial import data_mesh
+
+
+def nnx_data_parallel_step(seed, x, y, lr):
+    model = nnx.Linear(x.shape[-1], y.shape[-1], rngs=nnx.Rngs(int(seed)))
+    mesh = data_mesh(x.shape[0])
+    model = jax.device_put(model, NamedSharding(mesh, P()))
+    x, y = jax.device_put((x, y), NamedSharding(mesh, P("data")))
+    model = step(mesh)(model, x, y, lr)
+    return RESULT
+
+
+@functools.cache
+def step(mesh):
+    return jax.jit(jax.shard_map(
+        local_step,
+        mesh=mesh,
+        in_specs=(P(), P("data"), P("data"), P()),
+        out_specs=P(),
+    ))
+
+"""
+
+RIGHT_LOSS = """
+def local_step(model, x, y, lr):
+    optimizer = nnx.Optimizer(model, optax.sgd(lr), wrt=nnx.Param)
+    loss = lambda model: jax.lax.pmean(jnp.mean((model(x) - y) ** 2), "data")
+    optimizer.update(model, nnx.grad(loss)(model))
+    return model
+"""
+
+ARRAYS = "model.kernel[...], model.bias[...]"
+
+# (the body of local_step, what the solution returns, whether 1 device passes, the words)
+MISTAKES = {
+    "a local-mean loss with no collective (8x)": (
+        """
+        def local_step(model, x, y, lr):
+            optimizer = nnx.Optimizer(model, optax.sgd(lr), wrt=nnx.Param)
+            loss = lambda model: jnp.mean((model(x) - y) ** 2)  # this block's mean only
+            optimizer.update(model, nnx.grad(loss)(model))
+            return model
+        """,
+        ARRAYS,
+        True,
+        (
+            "The step is 8 times the right one, as on 8 devices when the gradient is summed "
+            "over them once more than it should be"
+        ),
+    ),
+    "the pmap recipe: a psum of the gradients (64x)": (
+        """
+        def local_step(model, x, y, lr):
+            optimizer = nnx.Optimizer(model, optax.sgd(lr), wrt=nnx.Param)
+            loss = lambda model: jnp.mean((model(x) - y) ** 2)
+            grads = jax.lax.psum(nnx.grad(loss)(model), "data")
+            optimizer.update(model, grads)
+            return model
+        """,
+        ARRAYS,
+        True,
+        "The step is 64 times the right one, 8 x 8 on 8 devices",
+    ),
+    "the model returned instead of its arrays": (
+        RIGHT_LOSS,
+        "model",
+        False,
+        "returned a Linear, not the tuple (kernel, bias)",
+    ),
+    "the nnx.Param variables returned instead of their arrays": (
+        RIGHT_LOSS,
+        "model.kernel, model.bias",
+        False,
+        "kernel: returned a Param, not an array",
+    ),
+}
+
+
+def test_the_reference_copied_into_a_file_passes_on_1_and_8_devices(tmp_path):
+    path = tmp_path / f"{NAME}.py"
+    shutil.copyfile(inspect.getfile(PROBLEMS[NAME].reference), path)
+    report = check(NAME, path, seed=SEED)
+    assert report.passed, str(report)
+    assert [run.devices for run in report.runs] == [1, 8]
+
+
+def test_the_right_step_written_as_the_mistakes_are_passes(tmp_path):
+    # Guards the mistakes below: only the lines they change make them fail.
+    path = tmp_path / f"{NAME}.py"
+    path.write_text(HEADER.replace("RESULT", ARRAYS) + RIGHT_LOSS)
+    report = check(NAME, path, seed=SEED)
+    assert report.passed, str(report)
+
+
+@pytest.mark.parametrize("mistake", list(MISTAKES))
+def test_each_classic_mistake_fails_with_its_explanation(mistake, tmp_path):
+    body, result, one_passes, words = MISTAKES[mistake]
+    path = tmp_path / f"{NAME}.py"
+    path.write_text(HEADER.replace("RESULT", result) + textwrap.dedent(body))
+    report = check(NAME, path, seed=SEED)
+    text = " ".join(str(report).split())  # the report wraps lines
+    one, eight = report.runs
+    assert one.passed is one_passes, text  # one device: the block is the whole batch
+    assert not eight.passed
+    assert words in text, text
