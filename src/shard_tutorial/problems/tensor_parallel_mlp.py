@@ -18,12 +18,14 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shard_tutorial.meshes import data_model_mesh, data_model_shape, place
 from shard_tutorial.problem import COLLECTIVE, SHARD_MAP, Case, Placement, Problem, precise
+from shard_tutorial.problems._blocks import MAX_DEVICES, device_counts
 from shard_tutorial.validation import check_array
 
 __all__ = ["PROBLEM", "tensor_parallel_mlp"]
@@ -37,7 +39,9 @@ def tensor_parallel_mlp(x: jax.Array, w1: jax.Array, w2: jax.Array) -> jax.Array
     divides both for any other sizes. ``x``'s rows are split over ``"data"``,
     ``w1``'s columns and ``w2``'s rows over ``"model"``; each device adds its
     hidden units' share of the output, and one ``psum`` over ``"model"`` adds
-    the shares up.
+    the shares up. Every size may be 0: an empty batch gives an empty output,
+    no hidden units (``h = 0``) an output of zeros. The numbers must be real
+    (integer or floating; ``relu`` has no meaning for complex ones).
 
     Args:
       x: inputs, shape (B, d).
@@ -49,7 +53,8 @@ def tensor_parallel_mlp(x: jax.Array, w1: jax.Array, w2: jax.Array) -> jax.Array
       (``P("data", None)``) and replicated over ``"model"``.
 
     Raises:
-      TypeError: for a non-array or a non-numeric dtype.
+      TypeError: for a non-array, or a dtype that is not a real number (bool,
+        complex).
       ValueError: for a wrong rank or shapes that do not fit together.
 
     Examples:
@@ -79,6 +84,11 @@ def _check_inputs(x: object, w1: object, w2: object) -> None:
     check_array(x, "x", ndim=2, layout="of shape (B, d)")
     check_array(w1, "w1", ndim=2, layout="of shape (d, h)")
     check_array(w2, "w2", ndim=2, layout="of shape (h, d_out)")
+    for name, array in (("x", x), ("w1", w1), ("w2", w2)):
+        dtype = array.dtype  # type: ignore[attr-defined]
+        if jnp.issubdtype(dtype, jnp.complexfloating):
+            msg = f"{name} must hold real numbers (relu compares with 0), got dtype {dtype}"
+            raise TypeError(msg)
     (_, d), (d1, h), (h2, _) = np.shape(x), np.shape(w1), np.shape(w2)
     if d1 != d:
         msg = f"w1 has {d1} rows but x has {d} columns: x must be (B, d) and w1 (d, h)"
@@ -123,22 +133,104 @@ def _data_blocks(args: tuple[Any, ...], devices: int) -> int:
 
 
 def _explain(case: Case, _expected: np.ndarray, received: np.ndarray) -> str | None:
-    """Recognise the classic mistakes; to be completed with every mistake of the issue."""
+    """Recognise the classic tensor-parallel mistakes in a wrong output.
+
+    - ``relu`` after the ``psum``: ``relu(x @ w1 @ w2)``, on any mesh;
+    - no ``psum``: one ``"model"`` device's share, ``relu(x @ w1[:, :k]) @ w2[:k]``
+      with ``k = h / m`` for a ``"model"`` axis of ``m`` devices (what
+      ``check_vma=False`` lets through, read from the first device);
+    - ``psum`` over ``"data"``: every block of rows is the sum of the ``D``
+      blocks' outputs (with only one ``"model"`` device's share in each when
+      the ``"model"`` axis has more than one device).
+
+    Examples:
+      >>> import numpy as np
+      >>> from shard_tutorial.problem import Case
+      >>> from shard_tutorial.problems.tensor_parallel_mlp import _explain
+      >>> x, w1, w2 = np.array([[1.0, -1.0]]), np.array([[1.0, 2.0], [3.0, -4.0]]), np.ones((2, 1))
+      >>> case = Case("c", (x, w1, w2))  # hidden units relu([-2, 6]): the answer is 6
+      >>> print(_explain(case, np.array([[6.0]]), np.array([[4.0]])))
+      This is relu(x @ w1 @ w2): relu was applied after the psum...
+      >>> print(_explain(case, np.array([[6.0]]), np.array([[0.0]])))
+      This is one device's share only: the output of the first 1 of the 2 hidden units...
+    """
+    x, w1, w2 = (precise(np.asarray(a)) for a in case.args)
+    got = precise(np.asarray(received))
+    batch, hidden_units = x.shape[0], w1.shape[1]
+    if got.shape != (batch, w2.shape[1]) or got.size == 0:
+        return None
+    pre_activation = x @ w1
+
+    def close(answer: np.ndarray) -> bool:
+        scale = 1 + np.abs(answer).max(initial=0)
+        return bool(np.allclose(got, answer, rtol=1e-3, atol=1e-4 * scale))
+
+    def share(model: int) -> np.ndarray:
+        units = hidden_units // model  # the first "model" device's hidden units
+        return np.maximum(pre_activation[:, :units], 0) @ w2[:units]
+
+    if close(np.maximum(pre_activation @ w2, 0)):
+        return (
+            "This is relu(x @ w1 @ w2): relu was applied after the psum, to the sum of the "
+            "devices' shares, so it clips the output instead of the hidden units. Apply "
+            "relu to each device's own hidden units (relu(x @ w1) on its columns of w1), "
+            "then multiply by w2 and psum"
+        )
+    for model in device_counts(hidden_units):
+        if close(share(model)):
+            units = hidden_units // model
+            return (
+                f"This is one device's share only: the output of the first {units} of the "
+                f'{hidden_units} hidden units, as a "model" axis of {model} devices leaves '
+                "it on each device when nothing adds the shares up (check_vma=False lets "
+                'it through). The shares must be added with jax.lax.psum over "model"'
+            )
+    for data in device_counts(batch):
+        for model in (1, *device_counts(hidden_units)):
+            if data * model > MAX_DEVICES:
+                break
+            blocks = np.split(share(model), data)
+            if close(np.tile(sum(blocks), (data, 1))):
+                rows = batch // data
+                alone = (
+                    ""
+                    if model == 1
+                    else f", and only the first {hidden_units // model} of the "
+                    f'{hidden_units} hidden units\' share in each (nothing added over "model")'
+                )
+                return (
+                    f"Each block of {rows} row{'s' if rows > 1 else ''} is the sum of the "
+                    f"{data} blocks' outputs: rows of different inputs were added, as a psum "
+                    f'over "data" (a "data" axis of {data} devices) does{alone}. The rows of '
+                    "x are independent examples; the psum adds the hidden units' shares, "
+                    'over "model"'
+                )
     return None
+
+
+def _generate(rng: np.random.Generator) -> Case:
+    """One random case: a mesh shape up to 8 devices, B and h multiples of its axes."""
+    data = int(rng.integers(1, MAX_DEVICES + 1))
+    model = int(rng.integers(1, MAX_DEVICES // data + 1))
+    batch, hidden = data * int(rng.integers(1, 5)), model * int(rng.integers(1, 5))
+    d, d_out = int(rng.integers(1, 7)), int(rng.integers(1, 5))
+    return _case(
+        rng, f"random: B={batch}, d={d}, h={hidden}, d_out={d_out}", batch, d, hidden, d_out
+    )
+
+
+def _case(
+    rng: np.random.Generator, label: str, batch: int, d: int, hidden: int, d_out: int
+) -> Case:
+    shapes = ((batch, d), (d, hidden), (hidden, d_out))
+    return Case(label, tuple(rng.normal(size=shape).astype(np.float32) for shape in shapes))
 
 
 def _cases() -> list[Case]:
     rng = np.random.default_rng(20261125)
 
     def case(label: str, batch: int, d: int, h: int, d_out: int) -> Case:
-        return Case(
-            label,
-            (
-                rng.normal(size=(batch, d)).astype(np.float32),
-                rng.normal(size=(d, h)).astype(np.float32),
-                rng.normal(size=(h, d_out)).astype(np.float32),
-            ),
-        )
+        return _case(rng, label, batch, d, h, d_out)
 
     example = Case(
         "example from the problem statement",
@@ -148,6 +240,10 @@ def _cases() -> list[Case]:
             np.array([[1.0], [10.0]], np.float32),
         ),
     )
+    # No h=0 case, although the reference handles it (the tests check it): un-jitted,
+    # jax.shard_map of a matmul whose contracted axis is empty fails to compile on a
+    # 2 x 4 mesh (jax 0.12, "'func.call' op expected at least one operand ... to be
+    # produced by a xla.sdy.GlobalToLocalShape"), which a reader's solution need not avoid.
     return [
         example,
         case("B=16, h=32: a 2 x 4 mesh on 8 devices", 16, 4, 32, 3),
@@ -156,6 +252,7 @@ def _cases() -> list[Case]:
         case("B=5, h=8: 1 x 8, tensor parallel only", 5, 3, 8, 2),
         case("B=8, h=3: 8 x 1, data parallel only", 8, 3, 3, 2),
         case("B=7, h=5: 7 x 1", 7, 2, 5, 1),
+        case("B=0: an empty batch", 0, 3, 8, 2),
         case("B=64, d=16, h=64, d_out=8", 64, 16, 64, 8),
     ]
 
@@ -170,6 +267,7 @@ PROBLEM = Problem(
     rtol=1e-5,
     atol=1e-4,  # float32 sums of up to 64 hidden units, in another order than NumPy's
     explain=_explain,
+    generate=_generate,
     imports=(
         "import jax",
         "import jax.numpy as jnp",

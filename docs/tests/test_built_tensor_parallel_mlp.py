@@ -1,0 +1,117 @@
+"""What the built tensor-parallel MLP page shows: its layout, pitfalls and communication.
+
+These read the HTML that ``nox -s docs`` has just built into docs/_build/html (the
+checks every problem page gets are in test_built_site.py).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from bs4 import BeautifulSoup
+
+SITE = Path(__file__).parents[1] / "_build" / "html"
+NAME = "training/tensor-parallel-mlp"
+
+
+def page() -> BeautifulSoup:
+    path = SITE / f"{NAME}.html"
+    if not path.is_file():
+        pytest.fail(f"{path} is missing: build the site first (nox -s docs)")
+    return BeautifulSoup(path.read_text(), "html.parser")
+
+
+def cell_output(source: str) -> str:
+    """The output of the one cell whose code contains ``source``."""
+    cells = [
+        cell
+        for cell in page().select("div.cell")
+        if (code := cell.select_one("div.cell_input")) and source in code.get_text()
+    ]
+    assert len(cells) == 1, f"{len(cells)} cells contain {source!r}"
+    output = cells[0].select_one("div.cell_output")
+    return output.get_text() if output else ""
+
+
+def numbers(line: str) -> list[float]:
+    return [float(n) for n in re.findall(r"-?\d+\.\d*(?:e-?\d+)?", line)]
+
+
+def labelled(text: str, label: str) -> list[float]:
+    """The numbers printed on the line that starts with ``label``."""
+    lines = [line for line in text.splitlines() if line.strip().startswith(label)]
+    assert len(lines) == 1, f"{len(lines)} lines start with {label!r} in {text!r}"
+    return numbers(lines[0].split(label, 1)[1])
+
+
+def test_the_2_by_4_layout_is_drawn_for_each_array():
+    assert "Mesh('data': 2, 'model': 4" in cell_output("print(mesh)")
+    # x by rows: each block on a row of the mesh; w1 by columns: on a column of it.
+    assert "CPU 0,1,2,3" in cell_output("visualize_array_sharding(x_split)")
+    assert "CPU 4,5,6,7" in cell_output("visualize_array_sharding(x_split)")
+    assert "CPU 0,4" in cell_output("visualize_array_sharding(w1_split)")
+    assert "CPU 3,7" in cell_output("visualize_array_sharding(w2_split)")
+
+
+def test_the_worked_example_shows_the_types_and_matches_the_unsharded_mlp():
+    types = cell_output("def local_mlp(").split()
+    assert types[:2] == ["float32[8,16]{V:data}", "float32[16,8]{V:model}"]
+    # A share varies over both axes (written {V:(data,model)} or {V:data,model}).
+    assert types[3].replace("(", "").replace(")", "") == "float32[8,3]{V:data,model}"
+    assert types[4] == "float32[8,3]{V:data}"  # after the psum over "model"
+    difference = labelled(cell_output("jnp.abs(out - expected)"), "largest")
+    assert difference[0] < 1e-5
+
+
+def test_relu_per_unit_sums_to_the_output():
+    text = cell_output("per_unit = sum(")
+    assert labelled(text, "sum over units:") == pytest.approx(labelled(text, "output:"), abs=1e-5)
+
+
+def test_no_psum_is_refused_then_wrong_then_right_on_a_model_axis_of_one():
+    refused = cell_output("tensor_parallel(no_psum, mesh)")
+    assert "check_vma=False" in refused
+    text = cell_output("wrong = tensor_parallel(no_psum, mesh, check_vma=False)")
+    assert labelled(text, "received:") == labelled(text, "units 0-7 only:")
+    assert labelled(text, "received:") != labelled(text, "expected:")
+    right = cell_output("mesh_8x1 = jax.make_mesh")
+    assert labelled(right, "8 x 1, largest difference:")[0] < 1e-5
+
+
+def test_psum_over_data_adds_rows_and_relu_after_the_psum_clips_the_output():
+    text = cell_output("def psum_over_data(")
+    assert labelled(text, "received row 0:") == pytest.approx(
+        labelled(text, "rows 0 + 8, units 0-7:"), abs=1e-5
+    )
+    assert labelled(text, "received row 0:") != labelled(text, "expected row 0:")
+    text = cell_output("def relu_after_psum(")
+    assert labelled(text, "received:") == pytest.approx(
+        labelled(text, "relu(x @ w1 @ w2):"), abs=1e-5
+    )
+    assert labelled(text, "received:") != labelled(text, "expected:")
+
+
+def test_the_solution_runs_on_the_2_by_4_mesh_rows_over_data():
+    text = cell_output("y = tensor_parallel_mlp(x, w1, w2)")
+    assert "P('data', None) {'data': 2, 'model': 4}" in text
+    assert labelled(text, "largest difference:")[0] < 1e-5
+    assert "cpu:3 holds rows 0 to 7" in text
+    assert "cpu:4 holds rows 8 to 15" in text
+
+
+def test_the_compiled_program_has_one_all_reduce_over_the_model_groups():
+    text = cell_output("for collective in collectives(tensor_parallel_mlp")
+    assert text.count("all-reduce") == 1
+    assert "f32[8,3]" in text
+    # The groups: the rows of the mesh, by axis name (XLA today) or by device ids (older).
+    assert "{'model'}" in text or "{{0,1,2,3},{4,5,6,7}}" in text
+    assert "[CpuDevice(id=0) CpuDevice(id=1) CpuDevice(id=2) CpuDevice(id=3)]" in text
+
+
+def test_the_checker_explains_the_missing_psum():
+    text = " ".join(cell_output("def mlp_without_psum(").split())
+    assert "FAILED" in text
+    assert "TECHNIQUE" in text  # right values on 1 device and on 8 x 1
+    assert "one device's share only" in text

@@ -1,0 +1,121 @@
+"""The checker on tensor_parallel_mlp: the reference and a reader's right solution pass;
+each classic mistake of its page, written as a reader would, fails with its explanation.
+
+Each check runs the solution in fresh processes on 1 and 8 fake devices, whatever device
+count this test process has: one check per file, with a fixed seed for the random cases.
+"""
+
+from __future__ import annotations
+
+import inspect
+import shutil
+
+import pytest
+
+from shard_tutorial import PROBLEMS, check
+
+# Each check runs in worker processes with their own device counts (1 and 8): the
+# suite's --devices cannot change these outcomes, so nox runs them once per Python.
+pytestmark = pytest.mark.subprocesses
+
+NAME = "tensor_parallel_mlp"
+SEED = 13
+
+# A reader's solution, with the one line of the local function left to each file.
+TEMPLATE = """\
+import jax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from shard_tutorial import data_model_mesh
+
+
+def local(x, w1, w2):
+    {body}
+
+
+def tensor_parallel_mlp(x, w1, w2):
+    mesh = data_model_mesh(x.shape[0], w1.shape[1])
+    x = jax.device_put(x, NamedSharding(mesh, P("data", None)))
+    w1 = jax.device_put(w1, NamedSharding(mesh, P(None, "model")))
+    w2 = jax.device_put(w2, NamedSharding(mesh, P("model", None)))
+    return jax.shard_map(
+        local,
+        mesh=mesh,
+        in_specs=(P("data", None), P(None, "model"), P("model", None)),
+        out_specs=P("data", None),
+        check_vma={check_vma},
+    )(x, w1, w2)
+"""
+
+RIGHT = 'return jax.lax.psum(jax.nn.relu(x @ w1) @ w2, "model")'
+# With check_vma=True, JAX refuses the first two at trace time (out_specs=P("data", None)
+# says the output is the same on every "model" device, and JAX cannot show it is); its
+# error suggests check_vma=False, which lets the wrong values through.
+NO_PSUM = "return jax.nn.relu(x @ w1) @ w2"
+PSUM_OVER_DATA = 'return jax.lax.psum(jax.nn.relu(x @ w1) @ w2, "data")'
+RELU_AFTER_PSUM = 'return jax.nn.relu(jax.lax.psum(x @ w1 @ w2, "model"))'
+
+# The cases whose mesh has one device on "model", on 1 device and on 8.
+MODEL_AXIS_OF_ONE = ("B=8, h=3: 8 x 1, data parallel only", "B=7, h=5: 7 x 1")
+
+
+def _check(tmp_path, body, *, check_vma=True):
+    path = tmp_path / f"{NAME}.py"
+    path.write_text(TEMPLATE.format(body=body, check_vma=check_vma))
+    report = check(NAME, path, seed=SEED)
+    return report, " ".join(str(report).split())  # the report wraps its lines
+
+
+def test_the_reference_copied_into_a_file_passes_on_1_and_8_devices(tmp_path):
+    path = tmp_path / f"{NAME}.py"
+    shutil.copyfile(inspect.getfile(PROBLEMS[NAME].reference), path)
+    report = check(NAME, path, seed=SEED)
+    assert report.passed, str(report)
+    assert [run.devices for run in report.runs] == [1, 8]
+
+
+def test_a_readers_right_solution_passes(tmp_path):
+    report, text = _check(tmp_path, RIGHT)
+    assert report.passed, text
+
+
+def test_no_psum_is_right_when_the_model_axis_has_one_device_and_wrong_on_2_by_4(tmp_path):
+    report, text = _check(tmp_path, NO_PSUM, check_vma=False)
+    one, eight = report.runs
+    # One device: the mesh is 1 x 1, the share is the whole. Right values; only the
+    # collective the problem practises is missing (nothing to show where B=0).
+    assert {r.status for r in one.results} == {"technique", "pass"}, text
+    by_label = {r.label: r for r in eight.results}
+    for label in MODEL_AXIS_OF_ONE:  # 8 x 1 and 7 x 1: right values again
+        assert by_label[label].status == "technique", text
+    wrong = by_label["B=16, h=32: a 2 x 4 mesh on 8 devices"]
+    assert wrong.status == "fail", text
+    assert "the devices hold different values" in wrong.message
+    assert "one device's share only" in wrong.message
+    assert "the first 8 of the 32 hidden units" in wrong.message
+    assert 'jax.lax.psum over "model"' in wrong.message
+
+
+def test_psum_over_data_fails_with_its_explanation(tmp_path):
+    report, text = _check(tmp_path, PSUM_OVER_DATA, check_vma=False)
+    one, eight = report.runs
+    assert {r.status for r in one.results} <= {"technique", "pass"}, text  # a 1 x 1 mesh
+    assert not eight.passed
+    assert "Each block of 8 rows is the sum of the 2 blocks' outputs" in text
+    assert 'as a psum over "data"' in text
+
+
+def test_relu_after_the_psum_fails_on_every_device_count(tmp_path):
+    report, text = _check(tmp_path, RELU_AFTER_PSUM)
+    one, eight = report.runs
+    assert not one.passed
+    assert not eight.passed
+    assert "This is relu(x @ w1 @ w2): relu was applied after the psum" in text
+
+
+def test_the_files_define_the_problems_function():
+    for body in (RIGHT, NO_PSUM, PSUM_OVER_DATA, RELU_AFTER_PSUM):
+        source = TEMPLATE.format(body=body, check_vma=False)
+        compile(source, NAME, "exec")
+        assert f"def {NAME}(x, w1, w2):" in source
