@@ -45,7 +45,18 @@ from jax.sharding import PartitionSpec as P
 from shard_tutorial.meshes import DATA_AXIS, usable_device_count
 from shard_tutorial.validation import require_count, require_finite_number
 
-__all__ = ["D_IN", "D_OUT", "MLP", "LossPlot", "Strategy", "loss_plot", "synthetic_data", "train"]
+__all__ = [
+    "D_IN",
+    "D_OUT",
+    "MLP",
+    "LossPlot",
+    "Strategy",
+    "loss_plot",
+    "mse",
+    "synthetic_data",
+    "train",
+    "training_step",
+]
 
 T = TypeVar("T")
 
@@ -186,23 +197,11 @@ def train(
       ...
       ValueError: devices must be 1 (or None) for the unsharded strategy, got 8
     """
-    device_count = _check_devices(strategy, devices, batch)
     steps = require_count(steps, "steps")
-    lr = _check_lr(lr)
+    step, (model, optimizer), where = training_step(
+        strategy, devices=devices, batch=batch, lr=lr, seed=seed
+    )
     x_all, y_all = synthetic_data(seed, steps * batch)
-    model = MLP(rngs=nnx.Rngs(seed))
-    optimizer = nnx.Optimizer(model, _adam(lr), wrt=nnx.Param)
-    where: jax.Device | NamedSharding  # where each batch goes
-    if strategy == "unsharded":
-        where = jax.devices()[0]
-        model, optimizer = jax.device_put((model, optimizer), where)
-        step = _unsharded_step()
-    else:
-        mesh = _data_mesh(device_count)
-        model, optimizer = _replicate((model, optimizer), mesh)
-        step = _data_parallel_step(mesh)
-        where = NamedSharding(mesh, P(DATA_AXIS))  # a block of rows on each device
-
     losses = []
     for i in range(steps):
         rows = slice(i * batch, (i + 1) * batch)
@@ -210,6 +209,52 @@ def train(
         model, optimizer, loss = step(model, optimizer, x, y)
         losses.append(loss)  # not read yet: the next step is dispatched at once
     return np.asarray(jax.device_get(losses), dtype=np.float32)
+
+
+def training_step(
+    strategy: Strategy = "data_parallel",
+    *,
+    devices: int | None = None,
+    batch: int = 64,
+    lr: float = 0.02,
+    seed: int = 0,
+) -> tuple[Step, tuple[MLP, nnx.Optimizer], jax.Device | NamedSharding]:
+    """What :func:`train` runs: the compiled step, the initial state, where batches go.
+
+    The arguments are :func:`train`'s. The step is
+    ``step(model, optimizer, x, y) -> (model, optimizer, loss)``, compiled once
+    per strategy and mesh; ``model`` and ``optimizer`` start laid out as it
+    wants them (on the first device, or a whole copy on each of the mesh's);
+    ``jax.device_put(rows, where)`` lays a batch out as it wants it.
+
+    Returns:
+      ``(step, (model, optimizer), where)``.
+
+    Raises:
+      TypeError: as :func:`train` does.
+      ValueError: as :func:`train` does.
+
+    Examples:
+      >>> import jax
+      >>> from shard_tutorial.training_run import synthetic_data, training_step
+      >>> step, (model, optimizer), where = training_step("data_parallel")
+      >>> tuple(where.spec), dict(where.mesh.shape)
+      (('data',), {'data': 8})
+      >>> x, y = jax.device_put(synthetic_data(0, 64), where)
+      >>> model, optimizer, loss = step(model, optimizer, x, y)
+      >>> float(loss)  # doctest: +ELLIPSIS
+      0.4250...
+    """
+    device_count = _check_devices(strategy, devices, batch)
+    lr = _check_lr(lr)
+    model = MLP(rngs=nnx.Rngs(seed))
+    optimizer = nnx.Optimizer(model, _adam(lr), wrt=nnx.Param)
+    if strategy == "unsharded":
+        first = jax.devices()[0]
+        return _unsharded_step(), jax.device_put((model, optimizer), first), first
+    mesh = _data_mesh(device_count)
+    rows_split = NamedSharding(mesh, P(DATA_AXIS))  # a block of rows on each device
+    return _data_parallel_step(mesh), _replicate((model, optimizer), mesh), rows_split
 
 
 def _update(
