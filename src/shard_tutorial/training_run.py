@@ -393,7 +393,7 @@ class LossPlot:
         return (
             f'<img class="loss-plot" src="data:image/svg+xml;base64,{data}" '
             f'alt="{html.escape(self.alt)}" '
-            'style="display:block;width:100%;max-width:40rem;height:auto;'
+            'style="display:block;width:100%;max-width:36rem;height:auto;'
             'background:#ffffff;border-radius:0.5rem">'
         )
 
@@ -435,7 +435,7 @@ def loss_plot(curves: Mapping[str, np.ndarray], *, title: str = "Training loss")
 
     arrays = {label: np.asarray(losses, dtype=np.float64) for label, losses in curves.items()}
     _check_curves(arrays)
-    figure = Figure(figsize=(6.4, 3.8), layout="constrained")
+    figure = Figure(figsize=(5.0, 3.3), layout="constrained")  # small: big text on a phone
     figure.patch.set_facecolor("#ffffff")
     ax = figure.add_subplot()
     described = []
@@ -452,14 +452,14 @@ def loss_plot(curves: Mapping[str, np.ndarray], *, title: str = "Training loss")
             f"{label} ({style['style']}) falls from {losses[0]:.3g} to {losses[-1]:.3g}."
         )
     ax.set_yscale("log")
-    ax.set_xlabel("step", color=_INK)
-    ax.set_ylabel("loss (mean squared error)", color=_INK)
-    ax.set_title(title, color=_INK)
-    ax.tick_params(colors=_INK, which="both")
+    ax.set_xlabel("step", color=_INK, fontsize=11)
+    ax.set_ylabel("loss (mean squared error)", color=_INK, fontsize=11)
+    ax.set_title(title, color=_INK, fontsize=12)
+    ax.tick_params(colors=_INK, which="both", labelsize=10)
     for spine in ax.spines.values():
         spine.set_color(_INK)
     ax.grid(visible=True, which="major", color="#d0d0d0", linewidth=0.6)
-    ax.legend(frameon=True, labelcolor=_INK)
+    ax.legend(frameon=True, labelcolor=_INK, fontsize=10)
     buffer = io.StringIO()
     figure.savefig(buffer, format="svg", metadata={"Date": None})
     steps = len(next(iter(arrays.values())))
