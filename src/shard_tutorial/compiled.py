@@ -12,6 +12,7 @@ compiles to, and a test can assert it, without pasting a parser onto every page.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from collections.abc import Callable
@@ -41,6 +42,7 @@ _ARRAY = re.compile(r"\b(?P<dtype>pred|[subfc]\d+|bf16|f8e\w+)\[(?P<dims>[\d,]*)
 # replica_groups=mesh['data'=2,'model'=4] {'model'}; older XLA as {{0,1,2,3}} or [2,4]<=[8].
 _GROUPS = re.compile(r"(?:replica_groups|source_target_pairs)=(?P<groups>.*?)(?:, [a-z_]+=|$)")
 _BITS = {"pred": 8, "bf16": 16}
+_COMMENT = re.compile(r"/\*.*?\*/")  # XLA numbers long tuples: (f32[2], ... /*index=5*/f32[])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,7 +155,7 @@ def parse_collectives(program: str) -> list[Collective]:
       [Collective(kind='all-gather', result='f32[8,2]', nbytes=64, groups='[1,8]<=[8]')]
     """
     found = []
-    for line in program.splitlines():
+    for line in map(functools.partial(_COMMENT.sub, ""), program.splitlines()):
         match = _LINE.search(line)
         if match is None:
             continue

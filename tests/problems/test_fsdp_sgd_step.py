@@ -208,7 +208,7 @@ def test_a_local_mean_loss_is_explained_for_a_weight_split_by_rows():
         ((np.ones((3, 2)), np.ones(2), np.ones((4, 3)), np.ones((5, 2)), 0.1), ValueError,
          ["y must have shape (B, d_out) = (4, 2)", "(5, 2)"]),
         ((np.ones((3, 2)), np.ones(2), np.ones((0, 3)), np.ones((0, 2)), 0.1), ValueError,
-         ["must not be empty", "B=0"]),
+         ["x and y must have at least one row", "(0, 3)"]),
         ((np.ones(3), np.ones(2), np.ones((4, 3)), np.ones((4, 2)), 0.1), ValueError, ["w"]),
         ((np.ones((3, 2), np.int32), np.ones(2), np.ones((4, 3)), np.ones((4, 2)), 0.1),
          TypeError, ["w", "int32"]),
