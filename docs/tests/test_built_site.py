@@ -25,6 +25,9 @@ NOTEBOOK_PAGES = [
     "collectives/glance",
     "beyond-one-process",
     "migrating",
+    "training/gradients",
+    "training/strategies",
+    "training/training-run",
     *PROBLEM_PAGES,
 ]
 
