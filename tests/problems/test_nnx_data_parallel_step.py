@@ -143,7 +143,11 @@ X, Y = jnp.ones((4, 3)), jnp.ones((4, 2))
         ((0, X, jnp.ones(4), 0.1), ValueError, ["y must be a 2-D array", "(4,)"]),
         ((0, jnp.ones((4, 0)), Y, 0.1), ValueError, ["d_in >= 1", "(4, 0)"]),
         ((0, X, jnp.ones((4, 0)), 0.1), ValueError, ["d_out >= 1", "(4, 0)"]),
-        ((0, jnp.ones((0, 3)), jnp.ones((0, 2)), 0.1), ValueError, ["x and y must have at least one row"]),
+        (
+            (0, jnp.ones((0, 3)), jnp.ones((0, 2)), 0.1),
+            ValueError,
+            ["x and y must have at least one row"],
+        ),
         ((0, jnp.ones((4, 3), int), Y, 0.1), TypeError, ["x must hold floating-point", "int32"]),
         ((0, [[1.0]], Y, 0.1), TypeError, ["x must be a 2-D array", "list"]),
     ],
