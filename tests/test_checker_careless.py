@@ -253,7 +253,7 @@ def test_x64_turned_on_by_the_file_does_not_change_the_expected_dtype(tmp_path):
     )
     report = check(SHORT_PSUM, right, devices=(1,))
     assert report.passed, str(report)
-    assert "turns on jax_enable_x64" in str(report)
+    assert "turns on jax_enable_x64" in flat(str(report))
     wide = write(
         tmp_path,
         REFERENCE + "import jax, jax.numpy as jnp\njax.config.update('jax_enable_x64', True)\n"
@@ -262,7 +262,7 @@ def test_x64_turned_on_by_the_file_does_not_change_the_expected_dtype(tmp_path):
     )
     report = check(SHORT_PSUM, wide, devices=(1,))
     assert statuses(report) == {"fail"}
-    assert "dtype: expected float32, received float64" in str(report)
+    assert "dtype: expected float32, received float64" in flat(str(report))
 
 
 # --- The technique and the layout ---------------------------------------------------------
@@ -304,8 +304,8 @@ def test_right_values_without_the_technique_get_their_own_verdict(tmp_path, prob
     others = [r for r in run.results if r.status != "technique"]
     assert all(r.status == "pass" and r.arguments.endswith("[0]") for r in others), str(report)
     assert len(flagged) >= len(run.results) - 2, str(report)
-    assert message in str(report)
-    assert f"{len(flagged)} cases" in str(report)  # one mistake, reported once
+    assert message in flat(str(report))
+    assert f"{len(flagged)} cases" in flat(str(report))  # one mistake, reported once
 
 
 def test_a_replicated_output_where_a_split_one_is_asked_for_gets_a_placement_verdict(tmp_path):
@@ -332,7 +332,7 @@ def test_a_replicated_output_where_a_split_one_is_asked_for_gets_a_placement_ver
     assert by_label["empty"].status == "pass"  # an empty output has no layout
     assert by_label["a single element"].status == "pass"  # nor has one element
     assert by_label["example from the problem statement"].status == "placement"
-    assert 'every device holds the whole result: out_specs=P() where P("data")' in str(report)
+    assert 'every device holds the whole result: out_specs=P() where P("data")' in flat(str(report))
 
 
 def test_a_mesh_that_does_not_divide_the_length_is_named(tmp_path):
@@ -351,8 +351,8 @@ def test_a_mesh_that_does_not_divide_the_length_is_named(tmp_path):
     )
     five = dataclasses.replace(SHORT_PSUM, make_cases=lambda: [PSUM.cases[3]])
     report = check(five, path, devices=(8,))
-    assert "A mesh of 8 devices does not divide the length 5 into equal blocks" in str(report)
-    assert "shard_tutorial.data_mesh(n)" in str(report)
+    assert "A mesh of 8 devices does not divide the length 5 into equal blocks" in flat(str(report))
+    assert "shard_tutorial.data_mesh(n)" in flat(str(report))
 
 
 # --- Hangs, crashes and memory stay cheap ------------------------------------------------
@@ -364,7 +364,7 @@ def test_a_solution_that_hangs_on_every_case_stops_after_two_hangs(tmp_path):
     (run,) = report.runs
     assert [r.status for r in run.results[:2]] == ["timeout", "timeout"]
     assert {r.status for r in run.results[2:]} == {"not run"}
-    assert "not run, after 2 hangs" in str(report)
+    assert "not run, after 2 hangs" in flat(str(report))
     assert report.seconds < 2 * 2 + 60  # two timeouts, two starts of JAX
 
 
@@ -400,7 +400,7 @@ def test_memory_is_capped_and_named(tmp_path):
     )
     report = check(SHORT_PSUM, path, devices=(1,))
     assert statuses(report) <= {"memory", "not run"}
-    assert f"used more than {checker.MEMORY_LIMIT / 2**30:g} GiB of memory" in str(report)
+    assert f"used more than {checker.MEMORY_LIMIT / 2**30:g} GiB of memory" in flat(str(report))
 
 
 # --- Nothing the solution starts outlives the check ---------------------------------------
