@@ -1056,6 +1056,8 @@ def _combine(
     except _Disagree as error:
         return str(error)
     header = {key: value for key, value in first.items() if key not in {"shards", "device_ids"}}
+    if "nbytes" in header:  # an item of a tuple: its size is now the whole array's
+        header["nbytes"] = len(assembled)
     if any(o.get("replicas_differ") for o in outputs):
         header["replicas_differ"] = True
     return header, assembled

@@ -361,9 +361,11 @@ class _Run:
         for line in popen.stdout:
             # Threads print gloo's lines in pieces that can interleave: filter again
             # once the pieces of a line are together.
-            text = _GLOO_CHATTER.sub("", pending + line)
+            raw = pending + line
+            text = _GLOO_CHATTER.sub("", raw)
             pending = "" if text.endswith("\n") else text
-            if text and not pending and not _only_gloo_pieces(text):
+            emptied = text != raw and not text.strip()  # nothing left but gloo's line end
+            if text and not pending and not emptied and not _only_gloo_pieces(text):
                 self.events.put((index, text))
         if pending:
             self.events.put((index, pending))
