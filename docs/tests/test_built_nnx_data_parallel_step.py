@@ -5,33 +5,16 @@ These read the HTML that ``nox -s docs`` has just built into docs/_build/html.
 
 from __future__ import annotations
 
+import functools
 import re
-from pathlib import Path
 
-import pytest
-from bs4 import BeautifulSoup
+import built_pages  # this folder
 
-SITE = Path(__file__).parents[1] / "_build" / "html"
 NAME = "training/nnx-data-parallel-step"
 
 
-def page() -> BeautifulSoup:
-    path = SITE / f"{NAME}.html"
-    if not path.is_file():
-        pytest.fail(f"{path} is missing: build the site first (nox -s docs)")
-    return BeautifulSoup(path.read_text(), "html.parser")
-
-
-def cell_output(source: str) -> str:
-    """The output of the one cell of the page whose code contains ``source``."""
-    cells = [
-        cell
-        for cell in page().select("div.cell")
-        if (code := cell.select_one("div.cell_input")) and source in code.get_text()
-    ]
-    assert len(cells) == 1, f"{len(cells)} cells contain {source!r}"
-    output = cells[0].select_one("div.cell_output")
-    return output.get_text() if output else ""
+page = functools.partial(built_pages.page, NAME)
+cell_output = functools.partial(built_pages.cell_output, NAME)
 
 
 def test_the_model_goes_through_device_put_as_a_pytree():

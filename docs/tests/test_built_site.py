@@ -8,16 +8,14 @@ from __future__ import annotations
 import json
 import re
 import tomllib
-from pathlib import Path
 
 import flax
 import jax
 import pytest
-from bs4 import BeautifulSoup
+from built_pages import SITE, cell_output, outputs, page  # this folder
 
 from shard_tutorial import PROBLEMS
 
-SITE = Path(__file__).parents[1] / "_build" / "html"
 PROBLEM_PAGES = [problem.page for problem in PROBLEMS.values()]
 NOTEBOOK_PAGES = [
     "index",
@@ -30,18 +28,6 @@ NOTEBOOK_PAGES = [
     "training/training-run",
     *PROBLEM_PAGES,
 ]
-
-
-def page(name: str) -> BeautifulSoup:
-    path = SITE / f"{name}.html"
-    if not path.is_file():
-        pytest.fail(f"{path} is missing: build the site first (nox -s docs)")
-    return BeautifulSoup(path.read_text(), "html.parser")
-
-
-def outputs(name: str) -> str:
-    """The text of every executed cell output on a page."""
-    return "\n".join(div.get_text() for div in page(name).select("div.cell_output"))
 
 
 def test_the_tutorial_reproduces_the_seed_figures():
@@ -133,18 +119,6 @@ def test_each_problem_page_lets_the_reader_practise(name):
 
 # -- The general pages: every claim the tutorial and the migration page make about JAX is
 # -- an executed output; these pin the outputs, so a JAX release that changes one fails here.
-
-
-def cell_output(name: str, source: str) -> str:
-    """The output of the one cell on page ``name`` whose code contains ``source``."""
-    cells = [
-        cell
-        for cell in page(name).select("div.cell")
-        if (code := cell.select_one("div.cell_input")) and source in code.get_text()
-    ]
-    assert len(cells) == 1, f"{len(cells)} cells of {name} contain {source!r}"
-    output = cells[0].select_one("div.cell_output")
-    return output.get_text() if output else ""
 
 
 def test_the_tutorial_explains_tracing_before_sharding_types():

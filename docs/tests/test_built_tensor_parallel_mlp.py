@@ -6,33 +6,17 @@ checks every problem page gets are in test_built_site.py).
 
 from __future__ import annotations
 
+import functools
 import re
-from pathlib import Path
 
+import built_pages  # this folder
 import pytest
-from bs4 import BeautifulSoup
 
-SITE = Path(__file__).parents[1] / "_build" / "html"
 NAME = "training/tensor-parallel-mlp"
 
 
-def page() -> BeautifulSoup:
-    path = SITE / f"{NAME}.html"
-    if not path.is_file():
-        pytest.fail(f"{path} is missing: build the site first (nox -s docs)")
-    return BeautifulSoup(path.read_text(), "html.parser")
-
-
-def cell_output(source: str) -> str:
-    """The output of the one cell whose code contains ``source``."""
-    cells = [
-        cell
-        for cell in page().select("div.cell")
-        if (code := cell.select_one("div.cell_input")) and source in code.get_text()
-    ]
-    assert len(cells) == 1, f"{len(cells)} cells contain {source!r}"
-    output = cells[0].select_one("div.cell_output")
-    return output.get_text() if output else ""
+page = functools.partial(built_pages.page, NAME)
+cell_output = functools.partial(built_pages.cell_output, NAME)
 
 
 def numbers(line: str) -> list[float]:
