@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 
 import pytest
 
@@ -51,3 +53,37 @@ def test_a_port_in_use_is_refused(script):
 
 def test_outside_a_launch_join_cluster_joins_nothing():
     assert join_cluster() is False
+
+
+# What gloo's threads print to descriptor 1 (a whole message, then the pieces that
+# interleaving leaves), another native line, and the script's own prints.
+NATIVE_AND_PYTHON = """\
+import os
+import sys
+import threading
+
+from shard_tutorial.launcher import _filter_native_stdout
+
+print("before")
+_filter_native_stdout()
+os.write(1, b"[Gloo] Rank 3 is connected to 7 peer ranks. ")
+print("496")
+os.write(1, b"Expected number of connected peer ranks is : 7\\n")
+os.write(1, b"[Gloo] Rank [Gloo] Rank 5 is connected to \\n7\\n")
+os.write(1, b"a native warning\\n")
+print("after", flush=True)
+os.close(1)  # the end of the native stream: the forwarding thread finishes
+[thread] = [t for t in threading.enumerate() if t.name == "native stdout"]
+thread.join(timeout=10)
+"""
+
+
+def test_native_output_is_kept_out_of_the_scripts_lines(tmp_path):
+    path = tmp_path / "native.py"
+    path.write_text(NATIVE_AND_PYTHON)
+    ran = subprocess.run(
+        [sys.executable, str(path)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == "before\n496\nafter\n"
+    assert ran.stderr == "a native warning\n"

@@ -25,7 +25,7 @@ def test_the_worked_example_takes_the_closed_form_step():
     assert on_8, text
     assert numpy, text
     for got, want in zip(on_8[1].split(), numpy[1].split(), strict=True):
-        assert abs(float(got) - float(want)) < 1e-6
+        assert abs(float(got) - float(want)) < 1e-5
     assert cell_output("def step_ratio(").split() == ["[1.]"]
 
 
@@ -58,7 +58,7 @@ def test_check_vma_false_leaves_8_different_copies_the_first_one_read():
     assert alone, read
     assert tuple(float(v) for v in whole[1].split()) == values[0]
     for got, want in zip(values[0], alone[1].split(), strict=True):
-        assert abs(got - float(want)) < 1e-6
+        assert abs(got - float(want)) < 1e-5
 
 
 def test_the_solution_is_replicated_on_8_devices_and_matches_numpy():

@@ -265,7 +265,9 @@ def join_cluster(devices: int | None = None) -> bool:
     :func:`launch` started, it gives JAX the launch's CPU device count and calls
     :func:`jax.distributed.initialize` with the coordinator's address, this
     process' index and the process count, so ``jax.devices()`` lists the devices
-    of every process. In a process started otherwise, it calls
+    of every process; what native code prints to file descriptor 1 (gloo's
+    connection messages) stays out of the script's standard output. In a process
+    started otherwise, it calls
     :func:`~shard_tutorial.use_cpu_devices` with ``devices`` if given and does
     nothing else: the same script runs on its own, as one process.
 
@@ -295,6 +297,7 @@ def join_cluster(devices: int | None = None) -> bool:
             use_cpu_devices(devices)
         return False
     _die_with_launcher(int(os.environ[LAUNCHER_PID]))
+    _filter_native_stdout()
     use_cpu_devices(int(os.environ[DEVICES_PER_PROCESS]))
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(
@@ -303,6 +306,54 @@ def join_cluster(devices: int | None = None) -> bool:
         process_id=int(os.environ[PROCESS_ID]),
     )
     return True
+
+
+def _is_native_chatter(line: str) -> bool:
+    r"""Whether a line that native code printed is (a piece of) gloo's connection messages.
+
+    Only native code writes to the stream this judges, so a line of nothing but digits
+    is a rank number that another thread's message split from its own.
+
+    Examples:
+      >>> from shard_tutorial.launcher import _is_native_chatter
+      >>> _is_native_chatter("7\n"), _is_native_chatter("[Gloo] Rank 1 is connected to \n")
+      (True, True)
+      >>> _is_native_chatter("E1123 external/xla/...: an error\n")
+      False
+    """
+    rest = _GLOO_CHATTER.sub("", line)
+    return not rest.strip(" \t\n0123456789") or _only_gloo_pieces(rest)
+
+
+def _filter_native_stdout() -> None:
+    """Keep what native code prints to file descriptor 1 out of the script's own output.
+
+    gloo prints its connection messages from C++ threads to descriptor 1, in pieces
+    that can land in the middle of a line the script prints, where no filter can take
+    them apart again. So Python's ``sys.stdout`` gets a descriptor of its own (a copy
+    of the original 1), and descriptor 1 becomes a pipe that a thread reads: it drops
+    gloo's messages and passes any other line to standard error.
+    """
+    sys.stdout.flush()
+    script_stdout = os.dup(1)
+    native, native_writer = os.pipe()
+    os.dup2(native_writer, 1)
+    os.close(native_writer)
+    sys.stdout = open(  # noqa: SIM115 (it is the process' stdout: open until the end)
+        script_stdout,
+        "w",
+        buffering=1,  # lines, as a terminal has them (PYTHONUNBUFFERED is set too)
+        encoding=sys.stdout.encoding,
+        errors=sys.stdout.errors,
+    )
+
+    def forward() -> None:
+        with open(native, errors="replace") as lines:
+            for line in lines:
+                if not _is_native_chatter(line):
+                    os.write(2, line.encode())
+
+    threading.Thread(target=forward, name="native stdout", daemon=True).start()
 
 
 def _die_with_launcher(launcher: int) -> None:
