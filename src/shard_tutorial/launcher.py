@@ -339,7 +339,7 @@ def _filter_native_stdout() -> None:
     native, native_writer = os.pipe()
     os.dup2(native_writer, 1)
     os.close(native_writer)
-    sys.stdout = open(  # noqa: SIM115 (it is the process' stdout: open until the end)
+    sys.stdout = os.fdopen(  # the process' stdout from now on: open until the end
         script_stdout,
         "w",
         buffering=1,  # lines, as a terminal has them (PYTHONUNBUFFERED is set too)
@@ -348,7 +348,7 @@ def _filter_native_stdout() -> None:
     )
 
     def forward() -> None:
-        with open(native, errors="replace") as lines:
+        with os.fdopen(native, errors="replace") as lines:
             for line in lines:
                 if not _is_native_chatter(line):
                     os.write(2, line.encode())
