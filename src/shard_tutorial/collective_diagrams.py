@@ -18,20 +18,19 @@ device holds.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
-import html
-import io
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from shard_tutorial.pictures import Picture, svg_source
+
 if TYPE_CHECKING:
     import jax
     from matplotlib.figure import Figure
 
-__all__ = ["COMBINED", "DEVICE_COLOURS", "Cell", "Diagram", "cells", "device_blocks", "diagram"]
+__all__ = ["COMBINED", "DEVICE_COLOURS", "Cell", "cells", "device_blocks", "diagram"]
 
 Kind = Literal["moves", "combines", "computes"]
 
@@ -253,39 +252,12 @@ def _describe(panel: str, blocks: Sequence[np.ndarray]) -> str:
     return f"{panel}, {held}."
 
 
-@dataclasses.dataclass(frozen=True)
-class Diagram:
-    """A drawn collective: an SVG picture and its text alternative.
-
-    Shown in a notebook (or on a page built from one) as an ``<img>`` with that
-    ``alt`` text, scaled to the width of the screen.
-
-    Attributes:
-      svg: the picture, as SVG source.
-      alt: what the picture shows, in words.
-    """
-
-    svg: str
-    alt: str
-
-    def _repr_html_(self) -> str:
-        data = base64.b64encode(self.svg.encode()).decode()
-        return (
-            f'<img class="collective-diagram" src="data:image/svg+xml;base64,{data}" '
-            f'alt="{html.escape(self.alt)}" '
-            'style="display:block;width:100%;max-width:24rem;height:auto">'
-        )
-
-    def _repr_svg_(self) -> str:
-        return self.svg
-
-
 def diagram(
     title: str,
     before: jax.Array | Sequence[np.ndarray],
     after: jax.Array | Sequence[np.ndarray],
     kind: Kind,
-) -> Diagram:
+) -> Picture:
     """Draw what each device holds before and after a collective.
 
     Args:
@@ -296,8 +268,8 @@ def diagram(
       kind: how the after-values are coloured (see :func:`cells`).
 
     Returns:
-      A :class:`Diagram`, which notebooks show as a picture with its text
-      alternative.
+      A :class:`~shard_tutorial.pictures.Picture`, which notebooks show as a
+      picture with its text alternative.
 
     Examples:
       >>> import numpy as np
@@ -313,8 +285,6 @@ def diagram(
     devices = max(len(before_blocks), len(after_blocks))
     drawn = cells(before_blocks, after_blocks, kind)
     figure = _figure(drawn, title, devices)
-    buffer = io.StringIO()
-    figure.savefig(buffer, format="svg", transparent=True, metadata={"Date": None})
     alt = " ".join(
         [
             f"{title}.",
@@ -322,4 +292,4 @@ def diagram(
             _describe("After", after_blocks),
         ]
     )
-    return Diagram(buffer.getvalue(), alt)
+    return Picture(svg_source(figure), alt, css_class="collective-diagram", max_width="24rem")

@@ -24,11 +24,8 @@ each (:func:`shard_tutorial.compiled.collectives`), and the time of a step.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import functools
-import html
-import io
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -42,6 +39,7 @@ from jax.sharding import PartitionSpec as P
 
 from shard_tutorial.compiled import Collective, collectives
 from shard_tutorial.meshes import data_mesh, data_model_mesh, place
+from shard_tutorial.pictures import Picture, svg_source
 from shard_tutorial.validation import (
     check_array,
     check_floating,
@@ -54,7 +52,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "STRATEGIES",
-    "Chart",
     "Measurement",
     "bytes_per_device",
     "chart",
@@ -572,33 +569,6 @@ def _value(m: Measurement, field: str) -> float:
     return float(getattr(m, field))
 
 
-@dataclasses.dataclass(frozen=True)
-class Chart:
-    """A drawn comparison: an SVG picture and its text alternative.
-
-    Shown in a notebook (or on a page built from one) as an ``<img>`` with that
-    ``alt`` text, scaled to the width of the screen. Its background is
-    transparent and its ink dark: in dark mode pydata-sphinx-theme draws HTML
-    outputs on a light panel, and the ``dark-light`` class keeps the theme from
-    dimming the picture on top of that panel.
-
-    Attributes:
-      svg: the picture, as SVG source.
-      alt: what the picture shows, in words, every figure included.
-    """
-
-    svg: str
-    alt: str
-
-    def _repr_html_(self) -> str:
-        data = base64.b64encode(self.svg.encode()).decode()
-        return (
-            f'<img class="strategies-chart dark-light" src="data:image/svg+xml;base64,{data}" '
-            f'alt="{html.escape(self.alt)}" '
-            'style="display:block;width:100%;max-width:28rem;height:auto">'
-        )
-
-
 def _figure(measurements: Sequence[Measurement]) -> Figure:
     from matplotlib.figure import Figure  # noqa: PLC0415 (drawing is optional)
 
@@ -625,7 +595,7 @@ def _figure(measurements: Sequence[Measurement]) -> Figure:
     return fig
 
 
-def chart(measurements: Sequence[Measurement]) -> Chart:
+def chart(measurements: Sequence[Measurement]) -> Picture:
     """Draw the comparison: one panel of horizontal bars per figure, each bar labelled.
 
     Every bar carries its strategy's name and its value as text, and a hatch as
@@ -641,11 +611,16 @@ def chart(measurements: Sequence[Measurement]) -> Chart:
       >>> picture.svg.lstrip().startswith("<?xml")
       True
     """
-    buffer = io.StringIO()
-    _figure(measurements).savefig(buffer, format="svg", transparent=True, metadata={"Date": None})
     names = ", ".join(m.strategy for m in measurements)
     sentences = [f"Bar charts comparing {names}."]
     for title, field, fmt in _PANELS:
         values = "; ".join(f"{m.strategy} {fmt.format(_value(m, field))}" for m in measurements)
         sentences.append(f"{title}: {values}.")
-    return Chart(buffer.getvalue(), " ".join(sentences))
+    # Transparent, with dark ink: in dark mode pydata-sphinx-theme draws HTML outputs on
+    # a light panel, and the dark-light class keeps the theme from dimming the picture.
+    return Picture(
+        svg_source(_figure(measurements)),
+        " ".join(sentences),
+        css_class="strategies-chart dark-light",
+        max_width="28rem",
+    )

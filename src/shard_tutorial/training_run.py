@@ -27,11 +27,7 @@ their losses agree to float32 rounding at every step: that is what the page
 
 from __future__ import annotations
 
-import base64
-import dataclasses
 import functools
-import html
-import io
 from collections.abc import Callable, Mapping
 from typing import Literal, TypeVar, get_args
 
@@ -44,13 +40,13 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shard_tutorial.meshes import DATA_AXIS, usable_device_count
+from shard_tutorial.pictures import Picture, svg_source
 from shard_tutorial.validation import require_count, require_finite_number
 
 __all__ = [
     "D_IN",
     "D_OUT",
     "MLP",
-    "LossPlot",
     "Strategy",
     "loss_plot",
     "mse",
@@ -372,36 +368,7 @@ _STYLES = (
 _INK = "#1a1a1a"  # text and axes, on the figure's white background (17:1)
 
 
-@dataclasses.dataclass(frozen=True)
-class LossPlot:
-    """Loss curves drawn as SVG, with a text alternative.
-
-    Shown in a notebook (or on a page built from one) as an ``<img>`` with that
-    ``alt`` text on a white card, scaled to the width of the screen: the white
-    background keeps the axes readable in light and dark themes alike.
-
-    Attributes:
-      svg: the picture, as SVG source.
-      alt: what the picture shows, in words.
-    """
-
-    svg: str
-    alt: str
-
-    def _repr_html_(self) -> str:
-        data = base64.b64encode(self.svg.encode()).decode()
-        return (
-            f'<img class="loss-plot" src="data:image/svg+xml;base64,{data}" '
-            f'alt="{html.escape(self.alt)}" '
-            'style="display:block;width:100%;max-width:36rem;height:auto;'
-            'background:#ffffff;border-radius:0.5rem">'
-        )
-
-    def _repr_svg_(self) -> str:
-        return self.svg
-
-
-def loss_plot(curves: Mapping[str, np.ndarray], *, title: str = "Training loss") -> LossPlot:
+def loss_plot(curves: Mapping[str, np.ndarray], *, title: str = "Training loss") -> Picture:
     """Draw loss curves against the step, on a log scale, in one figure.
 
     Each curve has its own colour *and* line style (a thick solid line, a dashed
@@ -415,8 +382,8 @@ def loss_plot(curves: Mapping[str, np.ndarray], *, title: str = "Training loss")
       title: the figure's heading.
 
     Returns:
-      A :class:`LossPlot`, which notebooks show as a picture with its text
-      alternative.
+      A :class:`~shard_tutorial.pictures.Picture`, which notebooks show as a
+      picture with its text alternative.
 
     Raises:
       ValueError: for no curve or more than 3, curves of different lengths, or
@@ -460,8 +427,6 @@ def loss_plot(curves: Mapping[str, np.ndarray], *, title: str = "Training loss")
         spine.set_color(_INK)
     ax.grid(visible=True, which="major", color="#d0d0d0", linewidth=0.6)
     ax.legend(frameon=True, labelcolor=_INK, fontsize=10)
-    buffer = io.StringIO()
-    figure.savefig(buffer, format="svg", metadata={"Date": None})
     steps = len(next(iter(arrays.values())))
     alt = [f"{title} (log scale) against the step, {steps} steps.", *described]
     if len(arrays) > 1:
@@ -471,7 +436,14 @@ def loss_plot(curves: Mapping[str, np.ndarray], *, title: str = "Training loss")
         alt.append(
             f"The curves {together}: at every step they differ by at most {apart:.2g} of the loss."
         )
-    return LossPlot(buffer.getvalue(), " ".join(alt))
+    return Picture(
+        svg_source(figure, transparent=False),
+        " ".join(alt),
+        css_class="loss-plot",
+        max_width="36rem",
+        # A white card: the axes stay readable in light and dark themes alike.
+        style="background:#ffffff;border-radius:0.5rem",
+    )
 
 
 def _check_curves(curves: Mapping[str, np.ndarray]) -> None:
