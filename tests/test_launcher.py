@@ -59,13 +59,11 @@ def test_outside_a_launch_join_cluster_joins_nothing():
 # interleaving leaves), another native line, and the script's own prints.
 NATIVE_AND_PYTHON = """\
 import os
-import sys
-import threading
 
 from shard_tutorial.launcher import _filter_native_stdout
 
 print("before")
-_filter_native_stdout()
+thread = _filter_native_stdout()
 os.write(1, b"[Gloo] Rank 3 is connected to 7 peer ranks. ")
 print("496")
 os.write(1, b"Expected number of connected peer ranks is : 7\\n")
@@ -73,7 +71,6 @@ os.write(1, b"[Gloo] Rank [Gloo] Rank 5 is connected to \\n7\\n")
 os.write(1, b"a native warning\\n")
 print("after", flush=True)
 os.close(1)  # the end of the native stream: the forwarding thread finishes
-[thread] = [t for t in threading.enumerate() if t.name == "native stdout"]
 thread.join(timeout=10)
 """
 

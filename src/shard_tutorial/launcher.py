@@ -325,7 +325,7 @@ def _is_native_chatter(line: str) -> bool:
     return not rest.strip(" \t\n0123456789") or _only_gloo_pieces(rest)
 
 
-def _filter_native_stdout() -> None:
+def _filter_native_stdout() -> threading.Thread:
     """Keep what native code prints to file descriptor 1 out of the script's own output.
 
     gloo prints its connection messages from C++ threads to descriptor 1, in pieces
@@ -333,6 +333,12 @@ def _filter_native_stdout() -> None:
     them apart again. So Python's ``sys.stdout`` gets a descriptor of its own (a copy
     of the original 1), and descriptor 1 becomes a pipe that a thread reads: it drops
     gloo's messages and passes any other line to standard error.
+
+    The thread is a daemon: a native line printed in the last moments of the process
+    may be lost with it, where the script's own output is not.
+
+    Returns:
+      The thread, which ends when descriptor 1 is closed.
     """
     sys.stdout.flush()
     script_stdout = os.dup(1)
@@ -353,7 +359,9 @@ def _filter_native_stdout() -> None:
                 if not _is_native_chatter(line):
                     os.write(2, line.encode())
 
-    threading.Thread(target=forward, name="native stdout", daemon=True).start()
+    thread = threading.Thread(target=forward, name="native stdout", daemon=True)
+    thread.start()
+    return thread
 
 
 def _die_with_launcher(launcher: int) -> None:
