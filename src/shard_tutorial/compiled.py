@@ -25,6 +25,8 @@ __all__ = [
     "Collective",
     "collectives",
     "compiled_text",
+    "group_size",
+    "num_devices",
     "parse_collectives",
     "program_lines",
 ]
@@ -42,6 +44,11 @@ _ARRAY = re.compile(r"\b(?P<dtype>pred|[subfc]\d+|bf16|f8e\w+)\[(?P<dims>[\d,]*)
 # replica_groups=mesh['data'=2,'model'=4] {'model'}; older XLA as {{0,1,2,3}} or [2,4]<=[8].
 _GROUPS = re.compile(r"(?:replica_groups|source_target_pairs)=(?P<groups>.*?)(?:, [a-z_]+=|$)")
 _BITS = {"pred": 8, "bf16": 16}
+_OP_NAME = re.compile(r'op_name="([^"]*)"')
+# The op_name of an operation that code inside jax.shard_map asked for: jit(f)/shard_map/psum
+# (jax 0.10 and 0.12); XLA's partitioner names the operation it carries out instead.
+_EXPLICIT = re.compile(r"(^|/)shard_map/")
+_MESH_GROUPS = re.compile(r"mesh\[(?P<mesh>[^\]]*)\]\s*\{(?P<axes>[^}]*)\}")
 _COMMENT = re.compile(r"/\*.*?\*/")  # XLA numbers long tuples: (f32[2], ... /*index=5*/f32[])
 
 
@@ -58,12 +65,37 @@ class Collective:
         ``source_target_pairs`` of a ``collective-permute``), as XLA prints it:
         recent versions name the mesh axes (``mesh['data'=8] {'data'}``), older
         ones list the device ids (``{{0,1,2,3,4,5,6,7}}``).
+      explicit: whether the program's own code asked for it, inside
+        ``jax.shard_map`` (``jax.lax.psum`` and friends, or the psum that
+        ``jax.grad`` puts there), rather than XLA's partitioner adding it to
+        carry out ``jax.jit``'s automatic sharding. Read from the operation's
+        metadata (its ``op_name`` has ``shard_map/``).
+      operand_bytes: the size of what it takes in on each device, in bytes, when
+        the program's text gives the operands' types (None if not).
     """
 
     kind: str
     result: str
     nbytes: int
     groups: str
+    explicit: bool = dataclasses.field(default=False, compare=False)
+    operand_bytes: int | None = dataclasses.field(default=None, compare=False)
+
+    @property
+    def group_size(self) -> int | None:
+        """How many devices take part together, from :attr:`groups`; None if XLA does not say.
+
+        For a ``collective-permute``, the devices its pairs name.
+
+        Examples:
+          >>> from shard_tutorial.compiled import Collective
+          >>> [Collective("all-reduce", "f32[]", 4, g).group_size
+          ...  for g in ("{{0,1,2,3},{4,5,6,7}}", "[2,4]<=[8]", "mesh['data'=2,'model'=4] {'model'}")]
+          [4, 4, 4]
+          >>> Collective("collective-permute", "f32[2]", 8, "{{0,1},{1,0}}").group_size
+          2
+        """
+        return group_size(self.kind, self.groups)
 
     def __str__(self) -> str:
         """One line, e.g. ``all-reduce -> f32[8,3] (96 bytes) among {{0,1,2,3}}``."""
@@ -152,7 +184,7 @@ def parse_collectives(program: str) -> list[Collective]:
       >>> line = ("%ag = f32[8,2]{1,0} all-gather(f32[1,2]{1,0} %p), channel_id=1, "
       ...         "replica_groups=[1,8]<=[8], dimensions={0}, use_global_device_ids=true")
       >>> parse_collectives(line)
-      [Collective(kind='all-gather', result='f32[8,2]', nbytes=64, groups='[1,8]<=[8]')]
+      [Collective(kind='all-gather', result='f32[8,2]', nbytes=64, groups='[1,8]<=[8]', explicit=False, operand_bytes=8)]
     """
     found = []
     for line in map(functools.partial(_COMMENT.sub, ""), program.splitlines()):
@@ -164,15 +196,84 @@ def parse_collectives(program: str) -> list[Collective]:
             arrays = arrays[len(arrays) // 2 :]
         result = ", ".join(a.group(0) for a in arrays)
         groups = _GROUPS.search(line)
+        op_name = _OP_NAME.search(line)
+        operands = _operand_types(line[match.end() :])
         found.append(
             Collective(
                 kind=match["kind"],
                 result=f"({result})" if len(arrays) > 1 else result,
                 nbytes=sum(_nbytes(a["dtype"], a["dims"]) for a in arrays),
                 groups=groups["groups"] if groups else "all devices",
+                explicit=bool(op_name and _EXPLICIT.search(op_name[1])),
+                operand_bytes=operands,
             )
         )
     return found
+
+
+def group_size(kind: str, groups: str) -> int | None:
+    """How many devices take part together in a collective, from XLA's printed groups.
+
+    Args:
+      kind: the HLO operation.
+      groups: its ``replica_groups`` (or ``source_target_pairs``) as XLA prints them.
+
+    Returns:
+      The size of the first group (all groups have the same size), the devices a
+      ``collective-permute``'s pairs name, or None when the text does not say
+      (``{}``: every device, of a count the text alone does not give).
+
+    Examples:
+      >>> from shard_tutorial.compiled import group_size
+      >>> group_size("all-gather", "[1,8]<=[8]"), group_size("all-reduce", "{{0,1,2,3,4,5,6,7}}")
+      (8, 8)
+      >>> group_size("all-reduce", "mesh['data'=2,'model'=4] {'data','model'}")
+      8
+      >>> group_size("collective-permute", "{{0,1},{1,2},{2,3},{3,0}}"), group_size("all-reduce", "{}")
+      (4, None)
+    """
+    groups = groups.strip()
+    if kind == "collective-permute":
+        ids = {int(n) for n in re.findall(r"\d+", groups)}
+        return len(ids)
+    named = _MESH_GROUPS.match(groups)
+    if named:
+        sizes = {name: int(size) for name, size in re.findall(r"'([^']*)'=(\d+)", named["mesh"])}
+        chosen = re.findall(r"'([^']*)'", named["axes"])
+        return math.prod(sizes.get(name, 1) for name in chosen)
+    iota = re.match(r"\[([\d,]+)\]<=", groups)
+    if iota:
+        return int(iota[1].split(",")[-1])
+    listed = re.match(r"\{\{([\d,]*)\}", groups)
+    if listed:
+        return len([n for n in listed[1].split(",") if n])
+    return None
+
+
+def num_devices(program: str) -> int:
+    """How many devices a compiled program runs on: XLA's partitions times its replicas.
+
+    Examples:
+      >>> from shard_tutorial.compiled import num_devices
+      >>> num_devices("HloModule jit_f, num_partitions=8"), num_devices("HloModule jit_g")
+      (8, 1)
+    """
+    partitions = re.search(r"num_partitions=(\d+)", program)
+    replicas = re.search(r"replica_count=(\d+)", program)
+    return (int(partitions[1]) if partitions else 1) * (int(replicas[1]) if replicas else 1)
+
+
+def _operand_types(rest: str) -> int | None:
+    """Bytes of the operands of an operation, from the text after its opening parenthesis."""
+    depth, end = 1, 0
+    for end, char in enumerate(rest):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0:
+            break
+    arrays = list(_ARRAY.finditer(rest[:end]))
+    if not arrays:
+        return None
+    return sum(_nbytes(a["dtype"], a["dims"]) for a in arrays)
 
 
 def _nbytes(dtype: str, dims: str) -> int:
