@@ -15,9 +15,10 @@ of its own) cannot be mistaken for a report:
   "origin": ..., "x64": ...}`` once it is loaded, or ``{"event": "load_error", ...}``;
 - ``{"event": "start", "case": i}`` before each case, so the parent knows which one a
   hang or a crash happened in;
-- ``{"event": "output", "case": i, "output": {...}, "nbytes": n}`` with what the
-  solution returned (see :func:`describe_output`), or ``{"event": "raised", "case":
-  i, "message": ..., "memory": bool}``;
+- ``{"event": "output", "case": i, "output": {...}, "how": {...}, "nbytes": n}``
+  with what the solution returned (see :func:`describe_output`) and how it was
+  made, read from the very call that returned it (see :func:`answer`), or
+  ``{"event": "raised", "case": i, "message": ..., "memory": bool}``;
 - ``{"event": "done"}`` at the end.
 
 Before the first case, the arguments are laid out as the problem's contract says they
@@ -180,36 +181,6 @@ def load_solution(spec: dict[str, Any]) -> Callable[..., Any]:
     return function
 
 
-def primitives_of(function: Callable[..., Any], args: tuple[Any, ...]) -> list[str]:
-    """The names of the primitives in ``function``'s traced program, nested ones included.
-
-    Arguments that are not arrays (Python numbers) are static, as a caller's
-    ``int(seed)`` needs them to be.
-
-    Examples:
-      >>> import jax.numpy as jnp
-      >>> from shard_tutorial._check_worker import primitives_of
-      >>> primitives_of(lambda x, k: jnp.sum(x * k), (jnp.ones(3), 2.0))
-      ['mul', 'reduce_sum']
-    """
-    import jax  # noqa: PLC0415 (the worker imports JAX after fixing the device count)
-
-    static = tuple(i for i, a in enumerate(args) if not isinstance(a, jax.Array))
-    closed = jax.make_jaxpr(function, static_argnums=static)(*args)
-    found: set[str] = set()
-    pending: list[Any] = [closed.jaxpr]
-    while pending:
-        jaxpr = pending.pop()
-        for equation in jaxpr.eqns:
-            found.add(equation.primitive.name)
-            for value in equation.params.values():
-                for item in value if isinstance(value, list | tuple) else (value,):
-                    inner = getattr(item, "jaxpr", item)  # a ClosedJaxpr holds a Jaxpr
-                    if hasattr(inner, "eqns"):
-                        pending.append(inner)
-    return sorted(found)
-
-
 MAX_ITEMS = 16  # items of a returned tuple or list described one by one
 
 
@@ -343,6 +314,166 @@ def _describe_shards(value: Any, header: dict[str, Any]) -> tuple[dict[str, Any]
     return header, b"".join(chunks)
 
 
+def answer(
+    solution: Callable[..., Any], args: tuple[Any, ...], *, shards: bool = False
+) -> tuple[dict[str, Any], bytes]:
+    """Call ``solution(*args)`` once and describe what it returned and how it was made.
+
+    The call is recorded (:func:`shard_tutorial.recording.record`): the values and
+    the programs that made them come from this one call, so code that behaves one
+    way for the values and another for an inspection cannot tell them apart.
+
+    Args:
+      solution: the function to call.
+      args: its arguments, laid out as the problem's contract says they arrive.
+      shards: describe a ``jax.Array`` by the shards this process holds (a
+        process of a cluster).
+
+    Returns:
+      The event to report (``"output"`` with the output's header and, under
+      ``"how"``, how it was made: see :func:`describe_lineage`; or ``"raised"``),
+      and its bytes: the output's values, then the candidates' (``"how_nbytes"``
+      of them).
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from shard_tutorial._check_worker import answer
+      >>> event, payload = answer(lambda x: x * 2, (jnp.arange(3.0),))
+      >>> event["event"], event["output"]["shape"], [p["devices"] for p in event["how"]["programs"]]
+      ('output', [3], [1])
+      >>> print(answer(lambda x: 1 / 0, (jnp.ones(1),))[0]["message"].splitlines()[0])
+      ZeroDivisionError: division by zero
+    """
+    from shard_tutorial.recording import record  # noqa: PLC0415 (JAX has its devices by now)
+
+    import jax  # noqa: PLC0415
+
+    with record() as recording:
+        began = time.perf_counter()
+        try:
+            received = jax.block_until_ready(solution(*args))
+        except BaseException as error:  # noqa: BLE001 (the solution's code may raise anything)
+            return {
+                "event": "raised",
+                "message": describe_exception(error),
+                "memory": is_memory_error(error),
+            }, b""
+        seconds = time.perf_counter() - began
+    try:
+        header, payload = describe_output(received, shards=shards)
+    except BaseException as error:  # noqa: BLE001 (an object whose methods raise)
+        header, payload = {"kind": type(received).__name__, "problem": str(error)}, b""
+    try:
+        how, extra = describe_lineage(recording, received, args, shards=shards)
+    except BaseException as error:  # noqa: BLE001
+        how, extra = {"error": describe_exception(error).splitlines()[0]}, b""
+    event = {
+        "event": "output",
+        "output": header,
+        "how": how,
+        "how_nbytes": len(extra),
+        "seconds": round(seconds, 3),
+    }
+    return event, payload + extra
+
+
+CANDIDATES = 8  # arrays shaped like an output sent per output, to find where the answer was made
+CANDIDATE_BYTES = 8 * 2**20  # at most this many bytes each
+TEXT_LIMIT = 200_000  # characters of a program's collective lines sent
+
+
+def describe_lineage(
+    recording: Any, received: object, args: tuple[Any, ...], *, shards: bool = False
+) -> tuple[dict[str, Any], bytes]:
+    """How ``received`` was made, as plain data for the judge, and the candidates' bytes.
+
+    Returns:
+      ``{"intact": bool, "programs": [...], "copies": [...], "unknown": n,
+      "made_by": [...], "candidates": [...]}``: the programs the output depends on
+      (each with its ``order``, ``devices``, whether it ran ``shard_map``, the
+      Python ``files`` its operations came from and the lines of its compiled
+      text that hold collectives), the copies to the devices it depends on, what
+      made each output array, and arrays of the lineage shaped like an output
+      (host data, other programs' results) whose values the judge compares
+      with the answer, to find where it was first computed.
+    """
+    import jax  # noqa: PLC0415
+    import numpy as np  # noqa: PLC0415
+
+    from shard_tutorial.compiled import KINDS  # noqa: PLC0415
+    from shard_tutorial.recording import Copy  # noqa: PLC0415
+
+    lineage = recording.lineage(received, args)
+    programs = []
+    for run in lineage.runs:
+        lines = [
+            line
+            for line in run.text.splitlines()
+            if line.startswith("HloModule") or any(f" {kind}" in line for kind in KINDS)
+        ]
+        programs.append(
+            {
+                "order": run.order,
+                "devices": run.devices,
+                "shard_map": "shard_map" in run.primitives,
+                "files": sorted(run.files),
+                "text": "\n".join(lines)[:TEXT_LIMIT],
+            }
+        )
+    copies = [
+        {"order": c.order, "host": any(h is not None for h in c.host)} for c in lineage.copies
+    ]
+    made_by = [
+        None
+        if m is None
+        else {"order": m.order, "kind": "copy" if isinstance(m, Copy) else "program"}
+        for m in lineage.made_by
+    ]
+    leaves = [leaf for leaf in jax.tree.leaves(received) if isinstance(leaf, jax.Array)]
+    candidates, chunks = [], []
+    for item, leaf in enumerate(leaves):
+        shape = tuple(leaf.shape)
+        found = 0
+        for event in lineage.events():
+            if found >= CANDIDATES:
+                break
+            values: list[tuple[str, int, Any]] = []
+            host = event.host
+            values += [("host", 0, h) for h in host if h is not None and np.shape(h) == shape]
+            if not isinstance(event, Copy):
+                values += [
+                    ("program", event.devices, o)
+                    for o in event.outputs
+                    if o is not leaf and isinstance(o, jax.Array) and tuple(o.shape) == shape
+                ]
+            for made, devices, value in values:
+                if found >= CANDIDATES:
+                    break
+                if isinstance(value, jax.Array) and not value.is_fully_addressable:
+                    continue
+                array = np.asarray(value)
+                if array.dtype.kind not in "biufc" and array.dtype.name != "bfloat16":
+                    continue
+                data = np.ascontiguousarray(array.astype(np.float64)).tobytes()
+                if len(data) > CANDIDATE_BYTES:
+                    continue
+                candidates.append(
+                    {"item": item, "order": event.order, "made": made, "devices": devices,
+                     "shape": list(shape), "nbytes": len(data)}
+                )  # fmt: skip
+                chunks.append(data)
+                found += 1
+    how = {
+        "intact": recording.intact,
+        "programs": programs,
+        "copies": copies,
+        "unknown": lineage.unknown,
+        "made_by": made_by,
+        "candidates": candidates,
+    }
+    return how, b"".join(chunks)
+
+
 def _resolve(name: str) -> Any:
     """The function ``"module:qualname"`` names, imported now (after JAX has its devices)."""
     import importlib  # noqa: PLC0415
@@ -407,7 +538,7 @@ def main() -> int:
     if request.get("arrange"):  # the problem lays its inputs out, e.g. a weight split
         arrange = _resolve(request["arrange"])
         cases = [arrange(args) for args in cases]
-    block, perf_counter = jax.block_until_ready, time.perf_counter
+    run_case = answer  # bound now: the solution's file cannot replace what the loop calls
     sys.path.insert(0, str(Path.cwd()))
     emit(event="loading")
     # The solution's code may raise anything, SystemExit and KeyboardInterrupt
@@ -420,30 +551,9 @@ def main() -> int:
     origin = f"{getattr(solution, '__module__', '')}.{getattr(solution, '__qualname__', '')}"
     emit(event="ready", origin=origin, x64=bool(jax.config.jax_enable_x64))
     for index in range(request["start"], len(cases)):
-        args = cases[index]
         emit(event="start", case=index)
-        began = perf_counter()
-        try:
-            received = block(solution(*args))
-        except BaseException as error:  # noqa: BLE001 (as above)
-            emit(
-                event="raised",
-                case=index,
-                message=describe_exception(error),
-                memory=is_memory_error(error),
-            )
-            continue
-        seconds = perf_counter() - began
-        try:
-            header, payload = describe_output(received, shards=cluster is not None)
-        except BaseException as error:  # noqa: BLE001 (an object whose methods raise)
-            header, payload = {"kind": type(received).__name__, "problem": str(error)}, b""
-        if request["trace"]:
-            try:
-                header["primitives"] = primitives_of(solution, args)
-            except BaseException as error:  # noqa: BLE001
-                header["trace_error"] = describe_exception(error).splitlines()[0]
-        emit(payload, event="output", case=index, output=header, seconds=round(seconds, 3))
+        event, payload = run_case(solution, cases[index], shards=cluster is not None)
+        emit(payload, case=index, **event)
     emit(event="done")
     return 0
 

@@ -6,11 +6,20 @@ fake CPU devices at the same time. A worker only runs the solution: it calls it 
 each case (the problem's :attr:`~shard_tutorial.problem.Problem.cases`, which the
 package's tests use too, and a few fresh random ones from a printed seed) and sends
 back what it returned as plain data: values, dtype, shape, how the output is split
-over the devices, and the primitives of the solution's traced program. The verdict is
-given here, in the checker's own process, where the reader's code never ran: the
-values against the problem's NumPy oracle, then the technique the problem practises
-(:attr:`~shard_tutorial.problem.Problem.techniques`) and the output's layout
-(:attr:`~shard_tutorial.problem.Problem.placement`).
+over the devices, and how it was made, recorded during that same call (the XLA
+programs it came from, with their collectives and device counts). The verdict is
+given in the checker's own process, where the reader's code never ran
+(:mod:`shard_tutorial.judge`): the values against the problem's NumPy oracle, then
+where and how they were computed (:attr:`~shard_tutorial.problem.Problem.technique`)
+and the output's layout (:attr:`~shard_tutorial.problem.Problem.placement`). The
+report is :mod:`shard_tutorial.report`'s; a cluster's answers are put together by
+:mod:`shard_tutorial.assembly`.
+
+The checker is a teaching aid: it catches the usual shortcuts (an answer computed
+on the host or on one device, by ``jax.jit``'s automatic partitioning, with a
+collective that is thrown away, or by the package's own reference), not a sandbox
+against a determined attacker: code in the solution's process can do anything that
+process can.
 
 Each worker runs in a session of its own, under a memory limit, and the whole
 session is ended when it is done, so nothing the solution starts outlives the check.
@@ -30,7 +39,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import html
 import json
 import math
 import os
@@ -42,10 +50,9 @@ import signal
 import subprocess
 import sys
 import tempfile
-import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
@@ -55,8 +62,10 @@ import jax
 import numpy as np
 
 from shard_tutorial._check_worker import MEMORY_SIGNS, is_library_file
+from shard_tutorial.judge import judge, judge_cluster
 from shard_tutorial.problem import Case, Problem
 from shard_tutorial.problems import get_problem
+from shard_tutorial.report import CaseResult, CheckReport, DeviceRun
 
 __all__ = [
     "DEFAULT_DEVICES",
@@ -95,272 +104,6 @@ _POLL = 0.1  # seconds between looks at whether the worker ended or the check wa
 INTERRUPTED = threading.Event()
 """Set by the command line's Ctrl-C handler: every check stops its workers and raises
 KeyboardInterrupt, even if the KeyboardInterrupt itself was swallowed somewhere."""
-
-_WRAP = "white-space: pre-wrap"  # a diagnosis is read, not scrolled
-_CELL = "padding: 0.1em 1.2em 0.1em 0; text-align: left; white-space: nowrap"
-# Green and red that keep 4.5:1 (WCAG AA) on white and on the light grey that
-# pydata-sphinx-theme puts behind HTML outputs in dark mode (#ced6dd).
-_PASS_COLOUR = "#116329"
-_FAIL_COLOUR = "#a40e26"
-_SYMBOLS = {
-    "pass": "pass",
-    "fail": "WRONG",
-    "error": "ERROR",
-    "timeout": "TIMEOUT",
-    "crash": "CRASHED",
-    "memory": "MEMORY",
-    "technique": "TECHNIQUE",
-    "placement": "PLACEMENT",
-    "not run": "-",
-}
-
-
-@dataclasses.dataclass(frozen=True)
-class CaseResult:
-    """The outcome of one case on one device count.
-
-    Attributes:
-      label: what the case exercises.
-      arguments: the arguments' shapes and values, e.g. ``"x=float32[32]"``.
-      status: ``"pass"``, ``"fail"`` (a wrong answer), ``"error"`` (an exception),
-        ``"timeout"``, ``"crash"`` (the process died), ``"memory"`` (more than
-        :data:`MEMORY_LIMIT`), ``"technique"`` (right values without the technique
-        the problem practises), ``"placement"`` (right values, laid out over the
-        devices otherwise than asked) or ``"not run"``.
-      message: what went wrong; empty when the case passed.
-      seconds: how long the case took, compilation included.
-    """
-
-    label: str
-    arguments: str
-    status: str
-    message: str = ""
-    seconds: float = 0.0
-
-
-@dataclasses.dataclass(frozen=True)
-class DeviceRun:
-    """All cases on one device count.
-
-    Attributes:
-      devices: the number of fake CPU devices, of every process together.
-      results: one result per case, in the problem's order.
-      load_error: why the solution could not be loaded, if it could not.
-      processes: how many JAX processes held the devices (a cluster when above 1,
-        each process with ``devices // processes`` of them).
-    """
-
-    devices: int
-    results: tuple[CaseResult, ...]
-    load_error: str | None = None
-    processes: int = 1
-
-    @property
-    def passed(self) -> bool:
-        """Whether the solution loaded and every case passed."""
-        return self.load_error is None and all(r.status == "pass" for r in self.results)
-
-    @property
-    def name(self) -> str:
-        """``"1 device"``, ``"8 devices"``, or ``"2 processes x 4 devices"``."""
-        if self.processes > 1:
-            each = self.devices // self.processes
-            return f"{self.processes} processes x {each} device{'s' if each != 1 else ''}"
-        return f"{self.devices} device{'s' if self.devices != 1 else ''}"
-
-    def problems(self) -> list[list[CaseResult]]:
-        """The cases that did not pass, grouped when they went wrong the same way."""
-        groups: dict[tuple[str, str], list[CaseResult]] = {}
-        for result in self.results:
-            if result.status != "pass" and (result.status != "not run" or result.message):
-                groups.setdefault((result.status, result.message), []).append(result)
-        return list(groups.values())
-
-
-@dataclasses.dataclass(frozen=True)
-class CheckReport:
-    """The verdict on a solution: prints as text, renders as a table in a notebook.
-
-    Attributes:
-      problem: the problem's name.
-      solution: what was checked, e.g. ``"shard_map_psum in solution.py"``.
-      runs: one run per device count.
-      seconds: wall time of the whole check.
-      seed: the seed of the check's random cases (None: it had none).
-      notes: what the reader should know besides the verdict (that the file only
-        re-exports the package's reference, say).
-    """
-
-    problem: str
-    solution: str
-    runs: tuple[DeviceRun, ...]
-    seconds: float
-    seed: int | None = None
-    notes: tuple[str, ...] = ()
-
-    @property
-    def passed(self) -> bool:
-        """Whether every case passed on every device count."""
-        return all(run.passed for run in self.runs)
-
-    def verdict(self) -> str:
-        """One line: passed, or what failed where."""
-        if self.passed:
-            return f"PASSED: every case on {self._device_counts()}"
-        failing = []
-        for run in self.runs:
-            if run.load_error is not None:
-                failing.append(f"{run.name}: could not load the solution")
-            elif not run.passed:
-                bad = sum(r.status != "pass" for r in run.results)
-                failing.append(f"{run.name}: {bad} of {len(run.results)} cases failed")
-        return "FAILED (" + "; ".join(failing) + ")"
-
-    def hints(self) -> list[str]:
-        """Advice drawn from comparing the device counts."""
-        single = next((run for run in self.runs if run.devices == 1 and _values_right(run)), None)
-        if single is None:
-            return []
-        broken = [
-            run
-            for run in self.runs
-            if run.devices > 1 and not _values_right(run) and run.load_error is None
-        ]
-        if not broken:
-            return []
-        names = " and ".join(run.name for run in broken)
-        if all(run.processes > 1 for run in broken):
-            hint = (
-                f"Every case gets the right values on 1 device, but not on {names}. Code "
-                "that is right in one process can still assume that it sees every device "
-                "and every block of an array (jax.local_devices() for jax.devices(), "
-                "np.asarray or jax.device_get of a sharded array); in a cluster each "
-                "process sees only its own."
-            )
-            return [hint]
-        hint = (
-            f"Every case gets the right values on 1 device, but not on {names}. An answer "
-            "that changes with the number of devices usually means a missing collective "
-            "(psum), an out_specs that does not describe what each device returns, or code "
-            "that assumes one block is the whole array. (On one device, it is.)"
-        )
-        return [hint]
-
-    def __str__(self) -> str:
-        """The report as text for a terminal."""
-        lines = [
-            f"Checking {self.solution} on {self._device_counts()}: {self.verdict()}",
-            "",
-        ]
-        for note in self._notes():
-            lines += [textwrap.fill("Note: " + note, 88), ""]
-        for run in self.runs:
-            if run.load_error is not None:
-                lines += [
-                    f"{run.name}: the solution could not be loaded:",
-                    _indent(run.load_error, 2),
-                    "",
-                ]
-        rows = self._rows()
-        if rows:
-            headers = ["case", "input", *(run.name for run in self.runs)]
-            widths = [
-                max(len(str(row[i])) for row in [headers, *rows]) for i in range(len(headers))
-            ]
-            for row in [headers, *rows]:
-                lines.append(
-                    "  ".join(
-                        str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)
-                    ).rstrip()
-                )
-            lines.append("")
-        for run in self.runs:
-            groups = run.problems()
-            if groups:
-                lines.append(f"What went wrong on {run.name}:")
-                for results in groups:
-                    lines.append(f"  {_cases(results)}: {_SYMBOLS[results[0].status]}")
-                    lines.append(_indent(results[0].message, 4))
-                lines.append("")
-        for hint in self.hints():
-            lines += [textwrap.fill("Hint: " + hint, 88), ""]
-        lines.append(f"Checked in {self.seconds:.1f} s.")
-        return "\n".join(lines)
-
-    def _repr_html_(self) -> str:
-        """The report as an HTML table, for notebooks."""
-        colour = _PASS_COLOUR if self.passed else _FAIL_COLOUR
-        heading = (
-            f'<div class="shard-tutorial-check"><p><strong style="color:{colour}">'
-            f"{html.escape(self.verdict())}</strong> &mdash; {html.escape(self.solution)}, "
-            f"{self.seconds:.1f} s</p>"
-        )
-        parts = [heading]
-        parts += [f"<p><em>Note:</em> {html.escape(note)}</p>" for note in self._notes()]
-        for run in self.runs:
-            if run.load_error is not None:
-                parts.append(
-                    f"<p>{run.name}: the solution could not be loaded:</p>"
-                    f'<pre style="{_WRAP}">{html.escape(run.load_error)}</pre>'
-                )
-        rows = self._rows()
-        if rows:
-            head = "".join(
-                f'<th style="{_CELL}">{html.escape(h)}</th>'
-                for h in ["case", "input", *(r.name for r in self.runs)]
-            )
-            body = []
-            for row in rows:
-                cells = [
-                    f'<td style="{_CELL}">{html.escape(row[0])}</td>',
-                    f'<td style="{_CELL}"><code>{html.escape(row[1])}</code></td>',
-                ]
-                for status in row[2:]:
-                    tint = _PASS_COLOUR if status == "pass" else _FAIL_COLOUR
-                    cells.append(f'<td style="{_CELL}; color:{tint}">{html.escape(status)}</td>')
-                body.append("<tr>" + "".join(cells) + "</tr>")
-            parts.append(
-                f'<div style="overflow-x: auto" tabindex="0"><table><thead><tr>{head}</tr></thead>'
-                f"<tbody>{''.join(body)}</tbody></table></div>"
-            )
-        for run in self.runs:
-            for results in run.problems():
-                parts.append(
-                    f"<p>{html.escape(_cases(results))} on {run.name}: "
-                    f"<strong>{_SYMBOLS[results[0].status]}</strong></p>"
-                    f'<pre style="{_WRAP}">{html.escape(results[0].message)}</pre>'
-                )
-        parts += [f"<p><em>Hint:</em> {html.escape(hint)}</p>" for hint in self.hints()]
-        return "".join(parts) + "</div>"
-
-    def _notes(self) -> list[str]:
-        notes = list(self.notes)
-        if self.seed is not None:
-            notes.append(
-                f"the random cases came from seed {self.seed}; --seed {self.seed} (seed="
-                f"{self.seed} from Python) checks the same cases again."
-            )
-        return notes
-
-    def _device_counts(self) -> str:
-        if any(run.processes > 1 for run in self.runs):
-            names = [run.name for run in self.runs]
-            return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-        counts = [str(run.devices) for run in self.runs]
-        joined = counts[0] if len(counts) == 1 else ", ".join(counts[:-1]) + " and " + counts[-1]
-        return f"{joined} device{'s' if counts != ['1'] else ''}"
-
-    def _rows(self) -> list[list[str]]:
-        loaded = [run for run in self.runs if run.results]
-        if not loaded:
-            return []
-        first = loaded[0].results
-        return [
-            [result.label, result.arguments]
-            + [_SYMBOLS[run.results[i].status] if run.results else "-" for run in self.runs]
-            for i, result in enumerate(first)
-        ]
-
 
 def check(
     problem: str | Problem,
@@ -408,10 +151,19 @@ def check(
       KeyboardInterrupt: when interrupted; the workers are stopped first.
 
     Examples:
-      Checking the reference solution, on 1 and 8 devices:
+      A solution of the reader's, checked on 1 and 8 devices:
 
-      >>> from shard_tutorial import check, shard_map_double
-      >>> report = check("shard_map_double", shard_map_double, seed=7)
+      >>> import jax
+      >>> from jax.sharding import NamedSharding, PartitionSpec as P
+      >>> from shard_tutorial import check
+      >>> def double(x):
+      ...     from shard_tutorial import data_mesh
+      ...     mesh = data_mesh(len(x))
+      ...     x = jax.device_put(x, NamedSharding(mesh, P("data")))
+      ...     twice = jax.shard_map(lambda b: b * 2.0, mesh=mesh, in_specs=P("data"),
+      ...                           out_specs=P("data"))
+      ...     return twice(x)
+      >>> report = check("shard_map_double", double, seed=7)
       >>> report.passed, [run.name for run in report.runs]
       (True, ['1 device', '8 devices'])
       >>> print(report.verdict())
@@ -421,9 +173,16 @@ def check(
 
       The same on a cluster of 2 processes of 4 devices each:
 
-      >>> report = check("shard_map_double", shard_map_double, seed=7, processes=2)
+      >>> report = check("shard_map_double", double, seed=7, processes=2)
       >>> print(report.verdict())
       PASSED: every case on 1 device and 2 processes x 4 devices
+
+      The package's own solution is not the reader's:
+
+      >>> from shard_tutorial import shard_map_double
+      >>> report = check("shard_map_double", shard_map_double, seed=7)
+      >>> report.runs[1].results[0].status
+      'reference'
     """
     problem = problem if isinstance(problem, Problem) else get_problem(problem)
     counts = tuple(devices)
@@ -560,13 +319,6 @@ class _Check:
     def notes(self) -> tuple[str, ...]:
         """What the report says besides the verdict."""
         notes = []
-        reference = self.problem.reference
-        own = f"{reference.__module__}.{reference.__qualname__}"
-        if own in self.origins:
-            notes.append(
-                f"the function checked is the package's own reference ({own}), imported, not "
-                "written: this check ran the package's solution, not code of yours."
-            )
         if self.x64:
             notes.append(
                 "the solution turns on jax_enable_x64; the answers are still expected in the "
@@ -672,7 +424,6 @@ class _Check:
             "cases": [case.args for case in self.cases],
             "start": start,
             "fd": fd,
-            "trace": bool(self.problem.techniques),
             "cluster": cluster,
             "arrange": _qualified(self.problem.arrange),
         }
@@ -865,12 +616,18 @@ class _Follow:
                 status, message = "memory", _memory_message(message)
         elif len(answers) == 1:
             event, payload = answers[0]
-            status, message = _judge(self.check, index, event["output"], payload, self.devices)
+            output, how, extra = _split(event, payload)
+            status, message = judge(
+                self.check.problem, self.check.cases[index], event["output"], output,
+                self.devices, how, extra,
+            )  # fmt: skip
             seconds = float(event["seconds"])
         else:
-            status, message = _judge_cluster(
-                self.check, index, [answers[p][0]["output"] for p in sorted(answers)],
-                [answers[p][1] for p in sorted(answers)], self.devices,
+            split = [_split(answers[p][0], answers[p][1]) for p in sorted(answers)]
+            status, message = judge_cluster(
+                self.check.problem, self.check.cases[index],
+                [answers[p][0]["output"] for p in sorted(answers)],
+                [output for output, _, _ in split], self.devices, split[0][1], split[0][2],
             )  # fmt: skip
             seconds = max(float(answers[p][0]["seconds"]) for p in answers)
         label, arguments = self.check.describe(index)
@@ -969,285 +726,18 @@ class _Follow:
 _PHASES = ["starting", "loading", "running"]
 
 
-def _judge_cluster(
-    check: _Check,
-    index: int,
-    outputs: list[dict[str, Any]],
-    payloads: list[bytes],
-    devices: int,
-) -> tuple[str, str]:
-    """The verdict on case ``index`` from what each process of a cluster returned.
-
-    Arrays are put back together from every process' shards (no collective ran to
-    gather them) and judged as one, item by item for a tuple; anything else is
-    judged process by process.
-    """
-    names = check.problem.outputs
-    lengths = {len(o.get("items", ())) for o in outputs}
-    if names and all("items" in o for o in outputs) and len(lengths) == 1:
-        parts = [_items(o, p) for o, p in zip(outputs, payloads, strict=True)]
-        combined = [
-            _combine([o["items"][k] for o in outputs], [p[k] for p in parts])
-            for k in range(lengths.pop())
-        ]
-        for k, result in enumerate(combined):
-            if isinstance(result, str):
-                return "fail", f"{names[k] if k < len(names) else f'item {k}'}: {result}"
-        if all(result is not None for result in combined):
-            items = [result for result in combined if isinstance(result, tuple)]
-            header = {**outputs[0], "items": [item for item, _ in items]}
-            return _judge(check, index, header, b"".join(data for _, data in items), devices)
-    elif not names:
-        result = _combine(outputs, payloads)
-        if isinstance(result, str):
-            return "fail", result
-        if result is not None:
-            return _judge(check, index, result[0], result[1], devices)
-    count = len(outputs)
-    for process, (output, payload) in enumerate(zip(outputs, payloads, strict=True)):
-        try:
-            status, message = _judge(check, index, *_own(output, payload), devices)
-        except _Disagree as error:
-            status, message = "fail", str(error)
-        if status != "pass":
-            return status, f"process {process} of {count}: {message}"
-    return "pass", ""
-
-
-def _items(output: dict[str, Any], payload: bytes) -> list[bytes]:
-    """The bytes of each item of a tuple or list a worker described."""
-    parts, offset = [], 0
-    for item in output["items"]:
-        size = int(item["nbytes"])
-        parts.append(payload[offset : offset + size])
-        offset += size
-    if offset != len(payload):
-        raise ValueError(offset)
-    return parts
-
-
-def _combine(
-    outputs: list[dict[str, Any]], payloads: list[bytes]
-) -> tuple[dict[str, Any], bytes] | str | None:
-    """One array from every process' shards of it.
-
-    Returns:
-      The array's header and bytes; or a sentence saying why the shards do not
-      make one array; or None when each process returned an array of its own on
-      one of its devices (or something that is not a ``jax.Array``), to be judged
-      process by process.
-    """
-    if not all(o["kind"] == "jax.Array" and "shards" in o for o in outputs):
-        return None
-    placed = {tuple(o["device_ids"]) for o in outputs}
-    if len(placed) > 1 and all(len(o["device_ids"]) == 1 for o in outputs):
-        return None  # unsharded: each process computed the whole output on one of its devices
-    if len(placed) > 1:
-        return (
-            "each process returned an array of its own, on its own devices only, not "
-            "one array over the cluster's devices: build the mesh from jax.devices() (the devices of "
-            "every process), not jax.local_devices()"
-        )
-    first = outputs[0]
-    if any((o["dtype"], o["shape"]) != (first["dtype"], first["shape"]) for o in outputs):
-        return "the processes returned arrays of different shapes or dtypes"
-    try:
-        assembled = _assemble(first, outputs, payloads)
-    except _Disagree as error:
-        return str(error)
-    header = {key: value for key, value in first.items() if key not in {"shards", "device_ids"}}
-    if "nbytes" in header:  # an item of a tuple: its size is now the whole array's
-        header["nbytes"] = len(assembled)
-    if any(o.get("replicas_differ") for o in outputs):
-        header["replicas_differ"] = True
-    return header, assembled
-
-
-def _own(output: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
-    """One process' answer, to judge on its own: its arrays made whole from its shards.
-
-    Raises:
-      _Disagree: if the process does not hold the whole of an array.
-    """
-    if output.get("kind") == "jax.Array" and "shards" in output:
-        return output, _assemble(output, [output], [payload])
-    if "items" in output:
-        owned = [
-            _own(item, part)
-            for item, part in zip(output["items"], _items(output, payload), strict=True)
-        ]
-        items = [{**item, "nbytes": len(data)} for item, data in owned]
-        return {**output, "items": items}, b"".join(data for _, data in owned)
-    return output, payload
-
-
-class _Disagree(ValueError):
-    """The processes' shards do not make one array."""
-
-
-def _assemble(first: dict[str, Any], outputs: list[dict[str, Any]], payloads: list[bytes]) -> bytes:
-    """The global array's bytes, from every process' shards; each element checked once held."""
-    whole: np.ndarray[Any, Any] = np.zeros(
-        tuple(int(n) for n in first["shape"]), _dtype(str(first["dtype"]))
-    )
-    held = np.zeros(whole.shape, bool)
-    for process, (output, payload) in enumerate(zip(outputs, payloads, strict=True)):
-        offset = 0
-        for shard in output["shards"]:
-            where = tuple(slice(int(a), int(b)) for a, b in shard["index"])
-            size = int(shard["nbytes"])
-            block = np.frombuffer(payload[offset : offset + size], whole.dtype)
-            block = block.reshape(whole[where].shape)
-            offset += size
-            seen = held[where]
-            if not np.array_equal(whole[where][seen], block[seen]):
-                msg = (
-                    f"process {process} holds other values than another process for the same "
-                    "block of the output: did a process compute with data the others did not have?"
-                )
-                raise _Disagree(msg)
-            whole[where] = block
-            held[where] = True
-        if offset != len(payload):
-            raise ValueError(offset)
-    if not held.all():
-        msg = "no process holds part of the output"
-        raise _Disagree(msg)
-    return whole.tobytes()
+def _split(event: dict[str, Any], payload: bytes) -> tuple[bytes, dict[str, Any] | None, bytes]:
+    """An output event's bytes as the output's values, how it was made, and the candidates'."""
+    how = event.get("how")
+    extra = int(event.get("how_nbytes", 0)) if isinstance(how, dict) else 0
+    if not 0 <= extra <= len(payload):
+        return payload, {"error": "the worker's report on it was garbled"}, b""
+    cut = len(payload) - extra
+    return payload[:cut], how if isinstance(how, dict) else None, payload[cut:]
 
 
 class _Cancelled(Exception):
     """The check was interrupted (Ctrl-C): its workers are killed, nothing is reported."""
-
-
-def _judge(
-    check: _Check, index: int, output: dict[str, Any], payload: bytes, devices: int
-) -> tuple[str, str]:
-    """The verdict on what a solution returned for case ``index``: status and message.
-
-    ``devices`` is the run's device count, which decides the layout asked for.
-    """
-    problem, case = check.problem, check.cases[index]
-    names = problem.outputs
-    if names:
-        wanted = f"the tuple ({', '.join(names)})"
-        if "items" not in output:
-            return "fail", _not_an_array(output).split(", not an array")[0] + f", not {wanted}"
-        if len(output["items"]) != len(names):
-            return "fail", (
-                f"returned a {output['kind']} of {len(output['items'])} items, not {wanted}"
-            )
-        labelled = list(zip(names, output["items"], _items(output, payload), strict=True))
-    else:
-        labelled = [("", output, payload)]
-    arrays = []
-    for name, item, data in labelled:
-        if item["kind"] not in {"jax.Array", "numpy"}:
-            return "fail", _named(name, _not_an_array(item))
-        arrays.append(_array(item, data))
-    received: Any = tuple(arrays) if names else arrays[0]
-    with jax.enable_x64(False):  # the expected dtypes are JAX's defaults, whatever the caller's
-        diagnosis = problem.diagnose(case, received)
-    differ = [name or "the output" for name, item, _ in labelled if item.get("replicas_differ")]
-    if differ:
-        return "fail", (
-            f"the devices hold different values for {' and '.join(differ)}, which the output's "
-            "sharding says every device holds a copy of: each device computed its own (with "
-            "check_vma=False, out_specs=P() is not checked). The values on the first device: "
-            + (diagnosis or "right")
-        )
-    if diagnosis is not None:
-        return "fail", diagnosis
-    for name, item, _ in labelled:
-        if item["kind"] == "numpy":
-            return "fail", _named(name, (
-                "right values, but a NumPy array, not a jax.Array: the answer was brought to "
-                "the host; return the array JAX computed, still on its devices"
-            ))  # fmt: skip
-    primitives = output.get("primitives")
-    # An empty output shows no technique: there is nothing to compute or communicate, and
-    # XLA cannot exchange empty blocks, so a right answer may skip shard_map altogether.
-    size = sum(math.prod(item["shape"]) for _, item, _ in labelled)
-    techniques = problem.techniques if size else ()
-    for technique in techniques:
-        if not isinstance(primitives, list):
-            return "technique", (
-                "right values, but the checker could not trace the solution "
-                f"(jax.make_jaxpr) to see how it computes them: {output.get('trace_error')}"
-            )
-        if not technique.shown_by(primitives):
-            return "technique", technique.missing
-    for (name, item, _), placement in zip(labelled, problem.placements(), strict=True):
-        if placement is None:
-            continue
-        blocks = None if placement.blocks is None else placement.blocks(case.args, devices)
-        wrong = placement.diagnose(
-            tuple(item["shape"]), tuple(item["split"]), int(item["devices"]), blocks
-        )
-        if wrong is not None:
-            return "placement", _named(name, wrong)
-    return "pass", ""
-
-
-def _named(name: str, message: str) -> str:
-    """``message`` about the output called ``name`` (nothing added for a lone output)."""
-    return f"{name}: {message}" if name else message
-
-
-def _array(output: dict[str, Any], payload: bytes) -> np.ndarray:
-    """The values a worker sent, as a read-only NumPy array (never unpickled)."""
-    name = str(output["dtype"])
-    dtype = _dtype(name)
-    if dtype.kind in "OSUMm" or dtype.names is not None:  # numbers only
-        raise ValueError(name)
-    shape = tuple(int(n) for n in output["shape"])
-    if len(payload) != math.prod(shape) * dtype.itemsize:
-        raise ValueError(shape)
-    return np.frombuffer(payload, dtype).reshape(shape)
-
-
-def _dtype(name: str) -> np.dtype[Any]:
-    """The NumPy dtype named ``name``, bfloat16 and JAX's other extra types included."""
-    try:
-        return np.dtype(name)
-    except TypeError:
-        import ml_dtypes  # noqa: PLC0415 (bfloat16 and friends, installed with JAX)
-
-        return np.dtype(getattr(ml_dtypes, name))
-
-
-def _not_an_array(output: dict[str, Any]) -> str:
-    """What to say when a solution returned something other than an array."""
-    kind, shown = str(output["kind"]), output.get("repr", "")
-    if kind == "NoneType":
-        return "returned None, not an array: is a return statement missing?"
-    if kind in {"list", "tuple"}:
-        length = output.get("length")
-        return (
-            f"returned a {kind} of {length} item{'' if length == 1 else 's'}, not an array: "
-            "put them in one "
-            "array (jnp.stack or jnp.asarray) and return that"
-        )
-    if kind == "str":
-        return f"returned a str ({shown}), not an array of numbers"
-    if kind in {"int", "float", "complex", "bool"}:
-        return (
-            f"returned a Python {kind} ({shown}), not an array: return the jax.Array the "
-            "computation gives (a 0-d array for a single number)"
-        )
-    if kind == "generator":
-        return "returned a generator, not an array: is there a yield where a return should be?"
-    if kind.startswith("array of"):
-        return f"returned an {kind}, not an array of numbers"
-    return f"returned a {kind}, not an array" + (
-        f" (reading it raised: {output['problem']})" if "problem" in output else ""
-    )
-
-
-def _values_right(run: DeviceRun) -> bool:
-    """Whether every case of ``run`` gave the right values (its technique aside)."""
-    right = {"pass", "technique", "placement"}
-    return run.load_error is None and all(r.status in right for r in run.results)
 
 
 def _memory_message(detail: str) -> str:
@@ -1308,20 +798,3 @@ def _tail(path: Path, size: int = 2000) -> str:
         return file.read().decode(errors="replace").strip()
 
 
-def _cases(results: list[CaseResult]) -> str:
-    """``"<label> (<arguments>)"``, or how many cases and which, for a group."""
-    if len(results) == 1:
-        return f"{results[0].label} ({results[0].arguments})"
-    labels = [f"'{r.label}'" for r in results[:2]]
-    more = f" and {len(results) - 2} more" if len(results) > 2 else ""
-    return f"{len(results)} cases ({', '.join(labels)}{more})"
-
-
-def _indent(text: str, spaces: int) -> str:
-    wrapped: Iterable[str] = (
-        textwrap.fill(line, 88, initial_indent=" " * spaces, subsequent_indent=" " * spaces)
-        if len(line) > 88 and not line.startswith("  ")
-        else " " * spaces + line
-        for line in text.splitlines()
-    )
-    return "\n".join(wrapped)

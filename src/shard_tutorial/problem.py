@@ -21,9 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
-    "COLLECTIVE",
-    "SHARD_MAP",
     "Case",
+    "Forbidden",
     "Placement",
     "Problem",
     "Technique",
@@ -60,62 +59,72 @@ class Case:
         return tuple(jnp.asarray(a) if isinstance(a, np.ndarray) else a for a in self.args)
 
 
-@dataclasses.dataclass(frozen=True)
-class Technique:
-    """What a solution's traced program must contain to practise what its problem teaches.
+KINDS_IN_WORDS = {
+    "all-reduce": "all-reduce (psum, pmean)",
+    "all-gather": "all-gather (all_gather)",
+    "reduce-scatter": "reduce-scatter (psum_scatter)",
+    "collective-permute": "collective-permute (ppermute)",
+    "all-to-all": "all-to-all (all_to_all)",
+}
+"""How a report names each collective of a compiled program: XLA's name, then JAX's."""
 
-    The checker traces the solution (:func:`jax.make_jaxpr`, into every nested
-    program) and lists the primitives it finds; a solution with right values but
-    none of :attr:`primitives` gets :attr:`missing` as its verdict.
+
+@dataclasses.dataclass(frozen=True)
+class Forbidden:
+    """A collective a problem's solution must not run: what the problem teaches avoids it.
 
     Attributes:
-      primitives: names of JAX primitives, any one of which shows the technique.
-      missing: the verdict's sentence when none of them appears.
-
-    Examples:
-      >>> from shard_tutorial.problem import SHARD_MAP
-      >>> SHARD_MAP.shown_by({"shard_map", "mul"}), SHARD_MAP.shown_by({"mul"})
-      (True, False)
+      kind: the HLO operation, e.g. ``"all-gather"``.
+      why: the end of the verdict's sentence, e.g. ``"x must never be gathered whole"``.
+      at_least: given a case's arguments, the fewest bytes (per device) at which
+        the collective is forbidden; None: at any size. FSDP's step may all-reduce
+        ``b``'s gradient, but not one the size of ``w``.
     """
 
-    primitives: frozenset[str]
-    missing: str
-
-    def shown_by(self, primitives: Iterable[str]) -> bool:
-        """Whether a program with these primitives uses the technique."""
-        return not self.primitives.isdisjoint(primitives)
+    kind: str
+    why: str
+    at_least: Callable[[tuple[Any, ...]], int] | None = dataclasses.field(default=None, repr=False)
 
 
-SHARD_MAP = Technique(
-    frozenset({"shard_map"}),
-    "right values, but no shard_map: the answer is computed without splitting the work "
-    "over the devices, which is what this problem practises",
-)
-"""The solution must run its work through :func:`jax.shard_map`."""
+@dataclasses.dataclass(frozen=True)
+class Technique:
+    """What a problem practises, as the judge reads it from the compiled programs of a call.
 
-COLLECTIVE = Technique(
-    frozenset(
-        {
-            "psum",
-            "psum2",
-            "psum_invariant",
-            "pmax",
-            "pmin",
-            "all_gather",
-            "all_gather_invariant",
-            "ppermute",
-            "pshuffle",
-            "psum_scatter",
-            "reduce_scatter",
-            "all_to_all",
-            "ragged_all_to_all",
-        }
-    ),
-    "right values, but no cross-device collective where this problem needs one: the "
-    "devices' partial results must be combined with one (such as jax.lax.psum) inside "
-    "shard_map",
-)
-"""The solution must combine the devices' blocks with a collective (``psum``, ...)."""
+    The checker records the very call that produced a solution's answer
+    (:mod:`shard_tutorial.recording`) and reads the programs XLA compiled for it
+    (:mod:`shard_tutorial.compiled`): which collectives ran, whether the code inside
+    ``jax.shard_map`` asked for them or XLA's partitioner added them for
+    ``jax.jit``, over how many devices, on how many bytes. Collectives are asked
+    for only where the case's mesh has more than one device.
+
+    What it practises in words is the statement's own: the paragraph of the
+    reference's docstring that starts "This problem practises" (see
+    :attr:`Problem.practises`).
+
+    Attributes:
+      collectives: the collectives the answer must come from, each a tuple of
+        HLO operations any one of which will do: ``(("reduce-scatter",),)``.
+      forbidden: collectives that must not run (see :class:`Forbidden`).
+      primitives: JAX primitives, any one of which the traced program must use
+        (``("axis_index",)``); empty: none asked for.
+      group: given a case's arguments and the device count, how many devices each
+        asked-for collective spans (tensor parallelism's ``"model"`` axis); None:
+        any number above 1.
+      axis: the mesh axis :attr:`group` counts, for the verdict's sentence.
+
+    Examples:
+      >>> from shard_tutorial.problems import get_problem
+      >>> get_problem("shard_map_psum_scatter").technique.collectives
+      (('reduce-scatter',),)
+    """
+
+    collectives: tuple[tuple[str, ...], ...] = ()
+    forbidden: tuple[Forbidden, ...] = ()
+    primitives: tuple[str, ...] = ()
+    group: Callable[[tuple[Any, ...], int], int] | None = dataclasses.field(
+        default=None, repr=False
+    )
+    axis: str = "data"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,8 +234,14 @@ class Problem:
       imports: the import lines a solution's file starts with (see :meth:`starter`).
       generate: makes one fresh random case within the problem's contract from a
         NumPy generator; the checker adds a few to every check (see its ``seed``).
-      techniques: what the solution's traced program must contain (see
-        :class:`Technique`), judged once its values are right.
+      technique: what the problem practises, read from the compiled programs of
+        the solution's call (see :class:`Technique`), judged once its values are
+        right.
+      mesh: the shape of the mesh the contract puts a case on, given its
+        arguments and the device count (e.g. ``(2, 4)``); None: one axis, the
+        most devices that divide the first argument's length
+        (:func:`~shard_tutorial.usable_device_count`). The judge checks that the
+        answer was computed, and lies, on that many devices.
       placement: how the output must be laid out over the devices, judged once
         its values are right; None: any layout. For a problem with
         :attr:`outputs`, one entry (or None) per output.
@@ -265,7 +280,10 @@ class Problem:
     generate: Callable[[np.random.Generator], Case] | None = dataclasses.field(
         default=None, repr=False
     )
-    techniques: tuple[Technique, ...] = ()
+    technique: Technique | None = None
+    mesh: Callable[[tuple[Any, ...], int], tuple[int, ...]] | None = dataclasses.field(
+        default=None, repr=False
+    )
     placement: Placement | tuple[Placement | None, ...] | None = None
     folder: str = "problems"
     outputs: tuple[str, ...] = ()
@@ -283,6 +301,23 @@ class Problem:
         """The first line of the reference solution's docstring, as plain text."""
         first_line = (inspect.getdoc(self.reference) or self.name).splitlines()[0]
         return re.sub(r"``([^`]+)``", r"\1", first_line)
+
+    @property
+    def practises(self) -> str | None:
+        """What the problem practises, in the statement's words; None if it does not say.
+
+        The end of the sentence of the reference's docstring that starts "This
+        problem practises", as plain text: every verdict on an answer made another
+        way repeats it.
+
+        Examples:
+          >>> from shard_tutorial.problems import get_problem
+          >>> print(get_problem("shard_map_psum").practises)
+          jax.shard_map with jax.lax.psum: each device sums its own block, and one all-reduce adds the partial sums up
+        """
+        text = " ".join((inspect.getdoc(self.reference) or "").split())
+        found = re.search(r"This problem practises (.+?)\.(?:\s|$)", text)
+        return re.sub(r"``([^`]+)``", r"\1", found[1]) if found else None
 
     @property
     def page(self) -> str:
@@ -345,6 +380,22 @@ class Problem:
         if self.outputs:
             return tuple(np.dtype(leaf.dtype) for leaf in shape)
         return np.dtype(shape.dtype)
+
+    def mesh_shape(self, case: Case, devices: int) -> tuple[int, ...]:
+        """The shape of the mesh the contract puts ``case`` on, with ``devices`` devices.
+
+        Examples:
+          >>> from shard_tutorial.problems import get_problem
+          >>> psum = get_problem("shard_map_psum")
+          >>> [(psum.describe(case), psum.mesh_shape(case, 8)) for case in psum.cases[:3]]
+          [('x=float32[3]', (3,)), ('x=float32[1]', (1,)), ('x=float32[0]', (8,))]
+        """
+        if self.mesh is not None:
+            return tuple(self.mesh(case.args, devices))
+        from shard_tutorial.meshes import usable_device_count  # noqa: PLC0415
+
+        first = next(a for a in case.args if isinstance(a, np.ndarray | jax.Array))
+        return (usable_device_count(int(np.shape(first)[0]) if np.ndim(first) else 1, devices),)
 
     def placements(self) -> tuple[Placement | None, ...]:
         """One :class:`Placement` (or None) per output: :attr:`placement`, spread out.

@@ -47,16 +47,21 @@ class Run:
       devices: how many devices it ran on (XLA's partitions times replicas).
       primitives: the names of the primitives of the program JAX traced for it,
         nested programs included (``shard_map`` among them, if it was used).
-      inputs: the ``id`` of each array passed in.
+      inputs: the ``id`` of each ``jax.Array`` passed in (None for host data).
+      host: each input that is host data (a NumPy array, a number), else None.
       outputs: the arrays it returned.
+      files: the Python files whose lines made its operations (each operation's
+        innermost frame outside JAX).
     """
 
     order: int
     text: str
     devices: int
     primitives: frozenset[str]
-    inputs: tuple[int, ...]
+    inputs: tuple[int | None, ...]
+    host: tuple[Any, ...]
     outputs: tuple[Any, ...]
+    files: frozenset[str] = frozenset()
 
 
 @dataclasses.dataclass
@@ -144,7 +149,7 @@ class Recording:
         given = {id(leaf) for leaf in jax.tree.leaves(arguments)}
         leaves = [leaf for leaf in jax.tree.leaves(result) if isinstance(leaf, jax.Array)]
         made_by = tuple(makers.get(id(leaf)) for leaf in leaves)
-        pending = [id(leaf) for leaf in leaves]
+        pending: list[int] = [id(leaf) for leaf in leaves]
         seen: set[int] = set()
         found: dict[int, Run | Copy] = {}
         unknown = 0
@@ -180,9 +185,10 @@ def record() -> Iterator[Recording]:
       >>> import jax
       >>> import jax.numpy as jnp
       >>> from shard_tutorial.recording import record
+      >>> x = jnp.ones(3)
       >>> with record() as recording:
-      ...     y = jax.jit(lambda v: v.sum())(jnp.ones(3))
-      >>> [run.devices for run in recording.runs], "reduce_sum" in recording.runs[-1].primitives
+      ...     y = jax.jit(lambda v: v.sum())(x)
+      >>> [run.devices for run in recording.runs], "reduce_sum" in recording.runs[0].primitives
       ([1], True)
     """
     hooks = _Hooks.install()
@@ -200,20 +206,26 @@ def _current() -> Recording | None:
     return getattr(_ACTIVE, "recording", None)
 
 
-def _primitives(jaxpr: Any) -> frozenset[str]:
-    """The primitive names of a traced program, nested programs included."""
+def _primitives(jaxpr: Any) -> tuple[frozenset[str], frozenset[str]]:
+    """The primitive names of a traced program, nested programs included, and their files."""
+    from jax._src import source_info_util  # noqa: PLC0415
+
     found: set[str] = set()
+    files: set[str] = set()
     pending: list[Any] = [getattr(jaxpr, "jaxpr", jaxpr)]
     while pending:
         inner = pending.pop()
         for equation in getattr(inner, "eqns", ()):
             found.add(equation.primitive.name)
+            frame = source_info_util.user_frame(equation.source_info.traceback)
+            if frame is not None:
+                files.add(frame.file_name)
             for value in equation.params.values():
                 for item in value if isinstance(value, list | tuple) else (value,):
                     nested = getattr(item, "jaxpr", item)  # a ClosedJaxpr holds a Jaxpr
                     if hasattr(nested, "eqns"):
                         pending.append(nested)
-    return frozenset(found)
+    return frozenset(found), frozenset(files)
 
 
 def _device_count(text: str) -> int:
@@ -244,25 +256,35 @@ class _Hooks:
         self.call_impl: Callable[..., Any] = pjit._pjit_call_impl_python
         self.put_impl: Callable[..., Any] = dispatch._batched_device_put_impl
         hooks = self
+        # What was read of each compiled program once: (program, text, primitives, files).
+        self.programs: dict[int, tuple[Any, str, frozenset[str], frozenset[str]]] = {}
 
         def run_and_record(*args: Any, jaxpr: Any, **params: Any) -> Any:
             result = hooks.call_impl(*args, jaxpr=jaxpr, **params)
             recording = _current()
             if recording is not None:
                 out_flat, compiled = result[0], result[1]
-                try:
-                    text = str(compiled.as_text())
-                except Exception:  # noqa: BLE001 (a backend without text: nothing to read)
-                    text = ""
+                known = hooks.programs.get(id(compiled))
+                if known is None or known[0] is not compiled:
+                    try:
+                        text = str(compiled.as_text())
+                    except Exception:  # noqa: BLE001 (a backend without text: nothing to read)
+                        text = ""
+                    known = (compiled, text, *_primitives(jaxpr))
+                    hooks.programs[id(compiled)] = known
+                _, text, primitives, files = known
+                arrays = [isinstance(a, jax.Array) for a in args]
                 with _LOCK:
                     recording.runs.append(
                         Run(
                             next(recording._counter),
                             text,
                             _device_count(text),
-                            _primitives(jaxpr),
-                            tuple(id(a) for a in args),
+                            primitives,
+                            tuple(id(a) if k else None for a, k in zip(args, arrays, strict=True)),
+                            tuple(None if k else a for a, k in zip(args, arrays, strict=True)),
                             tuple(out_flat),
+                            files,
                         )
                     )
             return result

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -31,8 +32,8 @@ from shard_tutorial.linear_regression import (
     oracle_step,
     unsharded_step,
 )
-from shard_tutorial.meshes import data_mesh_for, place
-from shard_tutorial.problem import SHARD_MAP, Case, Placement, Problem
+from shard_tutorial.meshes import data_mesh_for, place, usable_device_count
+from shard_tutorial.problem import Case, Forbidden, Placement, Problem, Technique
 
 __all__ = ["PROBLEM", "data_parallel_sgd_step"]
 
@@ -46,6 +47,12 @@ def data_parallel_sgd_step(
     every element of the whole batch. The rows of ``x`` and ``y`` are split over
     the devices (as many as divide ``B``); ``w`` and ``b`` are copied to every
     device, and every device ends the step with the same new copy.
+
+    This problem practises data parallelism with ``jax.shard_map``: the batch
+    stays split over ``"data"``, each device computes the gradients of its own
+    block, and one all-reduce averages them (``jax.lax.pmean``, or the ``psum``
+    that ``jax.grad`` inserts for replicated parameters). The mesh is
+    ``data_mesh(B)``.
 
     Args:
       w: weights, shape (d_in, d_out), floating-point.
@@ -154,6 +161,24 @@ def _cases() -> list[Case]:
     ]
 
 
+def _mesh(args: tuple[Any, ...], devices: int) -> tuple[int, ...]:
+    """The contract's mesh: ``data_mesh(B)``, B the rows of x (the third argument)."""
+    return (usable_device_count(np.shape(args[2])[0], devices),)
+
+
+TECHNIQUE = Technique(
+    collectives=(("all-reduce",),),
+    forbidden=(
+        Forbidden(
+            "all-gather",
+            "each device must work on its own block of the batch, not gather it whole",
+        ),
+    ),
+)
+"""What a solution must do besides computing the right values (the statement's
+"This problem practises" paragraph says it in words)."""
+
+
 PROBLEM = Problem(
     name="data_parallel_sgd_step",
     title="Data-parallel SGD",
@@ -173,7 +198,8 @@ PROBLEM = Problem(
         "from shard_tutorial import data_mesh  # a mesh that divides any length",
     ),
     generate=_generate,
-    techniques=(SHARD_MAP,),
+    technique=TECHNIQUE,
+    mesh=_mesh,
     placement=(Placement(axis=None), Placement(axis=None)),
     folder="training",
     outputs=("w", "b"),

@@ -31,7 +31,7 @@ from shard_tutorial.linear_regression import (
     unsharded_step,
 )
 from shard_tutorial.meshes import data_mesh, data_mesh_for, place, usable_device_count
-from shard_tutorial.problem import SHARD_MAP, Case, Placement, Problem, precise
+from shard_tutorial.problem import Case, Forbidden, Placement, Problem, Technique, precise
 from shard_tutorial.problems._blocks import device_counts
 
 __all__ = ["PROBLEM", "fsdp_sgd_step"]
@@ -49,6 +49,12 @@ def fsdp_sgd_step(
     divide both ``B`` and ``d_in`` (``data_mesh(math.gcd(B, d_in))``). Inside,
     ``w`` is gathered whole for the forward pass only, and its gradient is
     reduce-scattered back, so each device computes the update of its own rows.
+
+    This problem practises fully-sharded data parallelism with
+    ``jax.shard_map``: ``w`` stays split over ``"data"`` between steps, is
+    gathered inside the step (an all-gather), and its gradient is
+    reduce-scattered, so each device keeps the block of the new ``w`` it holds;
+    ``w``'s gradient is never all-reduced whole.
 
     Args:
       w: weights, shape (d_in, d_out), floating-point; any layout is accepted.
@@ -245,6 +251,26 @@ def _cases() -> list[Case]:
     ]
 
 
+def _mesh(args: tuple[Any, ...], devices: int) -> tuple[int, ...]:
+    """The contract's mesh: ``data_mesh(math.gcd(B, d_in))``."""
+    return (_shared_devices(args, devices),)
+
+
+TECHNIQUE = Technique(
+    collectives=(("all-gather",), ("reduce-scatter",)),
+    forbidden=(
+        Forbidden(
+            "all-reduce",
+            "w's gradient must be reduce-scattered, each device keeping its block, not "
+            "all-reduced whole as in data parallelism",
+            at_least=lambda args: int(np.size(args[0])) * np.asarray(args[0]).dtype.itemsize,  # w's
+        ),
+    ),
+)
+"""What a solution must do besides computing the right values (the statement's
+"This problem practises" paragraph says it in words)."""
+
+
 PROBLEM = Problem(
     name="fsdp_sgd_step",
     title="Fully-sharded SGD",
@@ -266,7 +292,8 @@ PROBLEM = Problem(
         "from shard_tutorial import data_mesh  # a mesh that divides any length",
     ),
     generate=_generate,
-    techniques=(SHARD_MAP,),
+    technique=TECHNIQUE,
+    mesh=_mesh,
     placement=(
         Placement(axis=0, blocks=_shared_devices, spec='P("data", None)'),
         Placement(axis=None),

@@ -28,7 +28,7 @@ from jax.sharding import PartitionSpec as P
 
 from shard_tutorial.linear_regression import check_step_inputs, explain_step, make_case, oracle_step
 from shard_tutorial.meshes import data_mesh_for, place
-from shard_tutorial.problem import SHARD_MAP, Case, Placement, Problem
+from shard_tutorial.problem import Case, Forbidden, Placement, Problem, Technique
 from shard_tutorial.validation import check_array, require_whole_number
 
 __all__ = ["PROBLEM", "nnx_data_parallel_step"]
@@ -45,6 +45,11 @@ def nnx_data_parallel_step(
     of ``x`` and ``y`` are split over the devices (as many as divide ``B``); the
     model goes to every device whole, through ``jax.shard_map`` as a pytree, and
     every device ends the step with the same updated model.
+
+    This problem practises data parallelism with ``jax.shard_map`` on a Flax
+    NNX model: the batch stays split over ``"data"``, each device computes the
+    gradients of its own block, and one all-reduce averages them. The mesh is
+    ``data_mesh(B)``.
 
     Args:
       seed: seed of the model's initial parameters, a whole number (``3`` or
@@ -216,6 +221,19 @@ def _generate(rng: np.random.Generator) -> Case:
     )
 
 
+TECHNIQUE = Technique(
+    collectives=(("all-reduce",),),
+    forbidden=(
+        Forbidden(
+            "all-gather",
+            "each device must work on its own block of the batch, not gather it whole",
+        ),
+    ),
+)
+"""What a solution must do besides computing the right values (the statement's
+"This problem practises" paragraph says it in words)."""
+
+
 PROBLEM = Problem(
     name="nnx_data_parallel_step",
     title="Data-parallel NNX step",
@@ -237,7 +255,7 @@ PROBLEM = Problem(
         "from shard_tutorial import data_mesh  # a mesh that divides any length",
     ),
     generate=_generate,
-    techniques=(SHARD_MAP,),
+    technique=TECHNIQUE,
     placement=(Placement(axis=None), Placement(axis=None)),
     folder="training",
     outputs=("kernel", "bias"),

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -23,15 +24,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shard_tutorial.meshes import data_mesh_for, place
-from shard_tutorial.problem import (
-    SHARD_MAP,
-    Case,
-    Placement,
-    Problem,
-    Technique,
-    precise,
-)
+from shard_tutorial.meshes import data_mesh_for, place, usable_device_count
+from shard_tutorial.problem import Case, Forbidden, Placement, Problem, Technique, precise
 from shard_tutorial.problems._blocks import device_counts
 from shard_tutorial.validation import check_array
 
@@ -44,6 +38,12 @@ def shard_map_all_to_all(x: jax.Array) -> jax.Array:
     The rows of ``x`` are split over the devices, and so are the rows of the
     result. The device count divides both n and m (see
     :func:`~shard_tutorial.data_mesh`), so every shape works.
+
+    This problem practises ``jax.shard_map`` with ``jax.lax.all_to_all``: each
+    device sends every other device the piece of its rows that device will hold,
+    in one all-to-all, and ``x`` is never gathered whole. The mesh is
+    ``data_mesh(math.gcd(n, m))``: the most devices, up to all of them, that
+    divide both of ``x``'s lengths.
 
     Args:
       x: 2-D array of numbers, of shape (n, m).
@@ -158,11 +158,25 @@ def _cases() -> list[Case]:
     ]
 
 
-ALL_TO_ALL = Technique(
-    frozenset({"all_to_all"}),
-    "right values, but no jax.lax.all_to_all: this problem practises re-cutting a split array between the devices",
+
+def _mesh(args: tuple[Any, ...], devices: int) -> tuple[int, ...]:
+    """The contract's mesh: the most devices that divide both of x's lengths."""
+    return (usable_device_count(math.gcd(*np.shape(args[0])), devices),)
+
+
+TECHNIQUE = Technique(
+    collectives=(("all-to-all",),),
+    forbidden=(
+        Forbidden(
+            "all-gather",
+            "x must never be gathered whole: all_to_all re-cuts it, each device sending "
+            "each other device only the piece it will hold",
+        ),
+    ),
 )
-"""What a solution's traced program must contain besides shard_map."""
+"""What a solution must do besides computing the right values (the statement's
+"This problem practises" paragraph says it in words)."""
+
 
 PROBLEM = Problem(
     name="shard_map_all_to_all",
@@ -174,6 +188,7 @@ PROBLEM = Problem(
     explain=_explain,
     folder="collectives",
     generate=_generate,
-    techniques=(SHARD_MAP, ALL_TO_ALL),  # not judged on an empty output (see the reference)
+    technique=TECHNIQUE,
+    mesh=_mesh,
     placement=Placement(axis=0),
 )

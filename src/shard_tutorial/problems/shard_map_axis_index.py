@@ -23,15 +23,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shard_tutorial.meshes import data_mesh_for, place
-from shard_tutorial.problem import (
-    COLLECTIVE,
-    SHARD_MAP,
-    Case,
-    Placement,
-    Problem,
-    Technique,
-    precise,
-)
+from shard_tutorial.problem import Case, Placement, Problem, Technique, precise
 from shard_tutorial.problems._blocks import blockwise, device_counts
 from shard_tutorial.validation import check_array
 
@@ -40,6 +32,10 @@ __all__ = ["AXIS_INDEX", "PROBLEM", "shard_map_axis_index"]
 
 def shard_map_axis_index(x: jax.Array) -> jax.Array:
     """Cumulative sum: each device offsets its block's by the blocks before it, found with ``axis_index``.
+
+    This problem practises ``jax.shard_map`` with ``jax.lax.axis_index``: each
+    device finds its position along the mesh axis, and a collective brings it
+    the totals of the blocks before its own. The mesh is ``data_mesh(n)``.
 
     Args:
       x: 1-D array of numbers, length n >= 0.
@@ -138,11 +134,14 @@ def _cases() -> list[Case]:
     ]
 
 
-AXIS_INDEX = Technique(
-    frozenset({"axis_index"}),
-    "right values, but no jax.lax.axis_index: this problem practises finding each device's position along the mesh axis",
+
+TECHNIQUE = Technique(
+    primitives=("axis_index",),
+    collectives=(("all-gather", "collective-permute", "all-reduce"),),
 )
-"""What a solution's traced program must contain besides shard_map."""
+"""What a solution must do besides computing the right values (the statement's
+"This problem practises" paragraph says it in words)."""
+
 
 PROBLEM = Problem(
     name="shard_map_axis_index",
@@ -155,6 +154,6 @@ PROBLEM = Problem(
     explain=_explain,
     folder="collectives",
     generate=_generate,
-    techniques=(SHARD_MAP, AXIS_INDEX, COLLECTIVE),
+    technique=TECHNIQUE,
     placement=Placement(axis=0),
 )

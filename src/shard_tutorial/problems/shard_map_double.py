@@ -18,7 +18,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shard_tutorial.meshes import data_mesh_for, place
-from shard_tutorial.problem import SHARD_MAP, Case, Problem, first_block_only, precise
+from shard_tutorial.problem import Case, Forbidden, Problem, Technique, first_block_only, precise
 from shard_tutorial.validation import check_array
 
 __all__ = ["PROBLEM", "shard_map_double"]
@@ -34,6 +34,10 @@ def shard_map_double(x: jax.Array) -> jax.Array:
     :func:`~shard_tutorial.data_mesh` builds (``data_mesh(5)`` spans 5 of 8
     devices, ``data_mesh(13)`` one). Any numeric dtype must work, ``bfloat16``
     included.
+
+    This problem practises ``jax.shard_map`` on its own: each device doubles
+    its own block of ``x``, with no communication between the devices. The mesh is
+    ``data_mesh(len(x))``.
 
     Args:
       x: 1-D array of numbers (any integer, float or complex dtype), any length;
@@ -143,6 +147,16 @@ def _generate(rng: np.random.Generator) -> Case:
     return Case(f"random: length {n}, {x.dtype}", (x,))
 
 
+TECHNIQUE = Technique(
+    forbidden=tuple(
+        Forbidden(kind, "doubling needs no communication: each device doubles its own block")
+        for kind in ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
+    ),
+)
+"""What a solution must do besides computing the right values (the statement's
+"This problem practises" paragraph says it in words)."""
+
+
 PROBLEM = Problem(
     name="shard_map_double",
     title="shard_map basics",
@@ -152,5 +166,5 @@ PROBLEM = Problem(
     unsharded=_unsharded,
     explain=_explain,
     generate=_generate,
-    techniques=(SHARD_MAP,),
+    technique=TECHNIQUE,
 )

@@ -21,14 +21,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shard_tutorial.meshes import data_mesh_for, place
-from shard_tutorial.problem import (
-    SHARD_MAP,
-    Case,
-    Placement,
-    Problem,
-    Technique,
-    precise,
-)
+from shard_tutorial.problem import Case, Forbidden, Placement, Problem, Technique, precise
 from shard_tutorial.problems._blocks import blockwise, device_counts
 from shard_tutorial.validation import check_array
 
@@ -37,6 +30,10 @@ __all__ = ["PMEAN", "PROBLEM", "shard_map_pmean"]
 
 def shard_map_pmean(x: jax.Array) -> jax.Array:
     """Centre a 1-D array on its mean: ``pmean`` turns each block's mean into the global mean.
+
+    This problem practises ``jax.shard_map`` with ``jax.lax.pmean``: each device
+    averages its own block, and one all-reduce averages the devices' means. The
+    mesh is ``data_mesh(len(x))``.
 
     Args:
       x: 1-D array of floating-point numbers, length n >= 1.
@@ -145,11 +142,16 @@ def _cases() -> list[Case]:
     ]
 
 
-PMEAN = Technique(
-    frozenset({"psum", "psum2", "psum_invariant", "pmean"}),
-    "right values, but no jax.lax.pmean (nor psum): this problem practises averaging over the devices with a collective",
+
+TECHNIQUE = Technique(
+    collectives=(("all-reduce",),),
+    forbidden=(
+        Forbidden("all-gather", "gathering x whole onto every device is what pmean avoids"),
+    ),
 )
-"""What a solution's traced program must contain besides shard_map."""
+"""What a solution must do besides computing the right values (the statement's
+"This problem practises" paragraph says it in words)."""
+
 
 PROBLEM = Problem(
     name="shard_map_pmean",
@@ -162,6 +164,6 @@ PROBLEM = Problem(
     explain=_explain,
     folder="collectives",
     generate=_generate,
-    techniques=(SHARD_MAP, PMEAN),
+    technique=TECHNIQUE,
     placement=Placement(axis=0),
 )

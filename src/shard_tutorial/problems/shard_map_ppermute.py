@@ -21,14 +21,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shard_tutorial.meshes import data_mesh_for, place
-from shard_tutorial.problem import (
-    SHARD_MAP,
-    Case,
-    Placement,
-    Problem,
-    Technique,
-    precise,
-)
+from shard_tutorial.problem import Case, Forbidden, Placement, Problem, Technique, precise
 from shard_tutorial.problems._blocks import blockwise, device_counts
 from shard_tutorial.validation import check_array
 
@@ -37,6 +30,10 @@ __all__ = ["PPERMUTE", "PROBLEM", "shard_map_ppermute"]
 
 def shard_map_ppermute(x: jax.Array) -> jax.Array:
     """Periodic three-point average: ``ppermute`` brings each block its neighbours' edge elements.
+
+    This problem practises ``jax.shard_map`` with ``jax.lax.ppermute``: each
+    device fetches only the edge elements of its neighbours' blocks (collective
+    permutes), never the whole array. The mesh is ``data_mesh(len(x))``.
 
     Args:
       x: 1-D array of floating-point numbers, length n >= 1.
@@ -170,11 +167,21 @@ def _cases() -> list[Case]:
     ]
 
 
-PPERMUTE = Technique(
-    frozenset({"ppermute"}),
-    "right values, but no jax.lax.ppermute: this problem practises fetching the neighbours' edge elements from their devices",
+
+TECHNIQUE = Technique(
+    collectives=(("collective-permute",),),
+    forbidden=(
+        Forbidden(
+            "all-gather",
+            "a device needs only its neighbours' edge elements, not the whole array: "
+            "fetch them with ppermute",
+        ),
+        Forbidden("all-reduce", "a device needs only its neighbours' edge elements"),
+    ),
 )
-"""What a solution's traced program must contain besides shard_map."""
+"""What a solution must do besides computing the right values (the statement's
+"This problem practises" paragraph says it in words)."""
+
 
 PROBLEM = Problem(
     name="shard_map_ppermute",
@@ -186,6 +193,6 @@ PROBLEM = Problem(
     explain=_explain,
     folder="collectives",
     generate=_generate,
-    techniques=(SHARD_MAP, PPERMUTE),
+    technique=TECHNIQUE,
     placement=Placement(axis=0),
 )

@@ -20,7 +20,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shard_tutorial.meshes import data_mesh_for, place
-from shard_tutorial.problem import COLLECTIVE, SHARD_MAP, Case, Problem, precise
+from shard_tutorial.problem import Case, Forbidden, Problem, Technique, precise
 from shard_tutorial.validation import check_array
 
 __all__ = ["PROBLEM", "shard_map_psum"]
@@ -36,6 +36,10 @@ def shard_map_psum(x: jax.Array) -> jax.Array:
     :func:`~shard_tutorial.data_mesh` builds (``data_mesh(5)`` spans 5 of 8
     devices, ``data_mesh(13)`` one). Any numeric dtype must work, ``bfloat16``
     included.
+
+    This problem practises ``jax.shard_map`` with ``jax.lax.psum``: each device
+    sums its own block, and one all-reduce adds the partial sums up. The mesh is
+    ``data_mesh(len(x))``.
 
     Args:
       x: 1-D array of numbers (any integer, float or complex dtype), any length;
@@ -158,6 +162,16 @@ def _generate(rng: np.random.Generator) -> Case:
     return Case(f"random: length {n}, {x.dtype}", (x,))
 
 
+TECHNIQUE = Technique(
+    collectives=(("all-reduce",),),
+    forbidden=(
+        Forbidden("all-gather", "gathering x whole onto every device is what psum avoids"),
+    ),
+)
+"""What a solution must do besides computing the right values (the statement's
+"This problem practises" paragraph says it in words)."""
+
+
 PROBLEM = Problem(
     name="shard_map_psum",
     title="shard_map with psum",
@@ -168,5 +182,5 @@ PROBLEM = Problem(
     atol=1e-4,  # a float32 sum of 1024 values, added in a different order than NumPy's
     explain=_explain,
     generate=_generate,
-    techniques=(SHARD_MAP, COLLECTIVE),
+    technique=TECHNIQUE,
 )

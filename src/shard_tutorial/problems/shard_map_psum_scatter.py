@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -21,15 +22,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shard_tutorial.meshes import data_mesh_for, place
-from shard_tutorial.problem import (
-    COLLECTIVE,
-    SHARD_MAP,
-    Case,
-    Placement,
-    Problem,
-    precise,
-)
+from shard_tutorial.meshes import data_mesh_for, place, usable_device_count
+from shard_tutorial.problem import Case, Forbidden, Placement, Problem, Technique, precise
 from shard_tutorial.problems._blocks import device_counts
 from shard_tutorial.validation import check_array
 
@@ -42,6 +36,12 @@ def shard_map_psum_scatter(x: jax.Array) -> jax.Array:
     The rows of ``x`` (the batch) are split over the devices; so is the result.
     The device count divides both the batch and the number of columns (see
     :func:`~shard_tutorial.data_mesh`), so every shape works.
+
+    This problem practises ``jax.shard_map`` with ``jax.lax.psum_scatter``:
+    each device sums its own rows, and one reduce-scatter adds the partial sums
+    and leaves each device only its block of the total. The mesh is
+    ``data_mesh(math.gcd(B, n))``: the most devices, up to all of them, that
+    divide both the batch and the number of columns.
 
     Args:
       x: 2-D array of numbers, of shape (B, n) with B >= 1 and n >= 1.
@@ -156,6 +156,26 @@ def _cases() -> list[Case]:
     ]
 
 
+def _mesh(args: tuple[Any, ...], devices: int) -> tuple[int, ...]:
+    """The contract's mesh: the most devices that divide both the batch and the columns."""
+    return (usable_device_count(math.gcd(*np.shape(args[0])), devices),)
+
+
+TECHNIQUE = Technique(
+    collectives=(("reduce-scatter",),),
+    forbidden=(
+        Forbidden(
+            "all-reduce",
+            "an all-reduce gives every device every sum, and slicing then throws most of "
+            "them away; psum_scatter hands each device its block of the sums only",
+        ),
+        Forbidden("all-gather", "x, or the sums, gathered whole is what psum_scatter avoids"),
+    ),
+)
+"""What a solution must do besides computing the right values (the statement's
+"This problem practises" paragraph says it in words)."""
+
+
 PROBLEM = Problem(
     name="shard_map_psum_scatter",
     title="shard_map with psum_scatter",
@@ -167,8 +187,7 @@ PROBLEM = Problem(
     explain=_explain,
     folder="collectives",
     generate=_generate,
-    # Any collective: a psum gives the right values too, and the placement check then
-    # says what it costs (every device holding every sum).
-    techniques=(SHARD_MAP, COLLECTIVE),
+    technique=TECHNIQUE,
+    mesh=_mesh,
     placement=Placement(axis=0),
 )

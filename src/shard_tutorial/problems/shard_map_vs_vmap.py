@@ -19,7 +19,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shard_tutorial.meshes import data_mesh_for, place
-from shard_tutorial.problem import SHARD_MAP, Case, Problem, first_block_only, precise
+from shard_tutorial.problem import Case, Problem, Technique, first_block_only, precise
 from shard_tutorial.validation import check_array
 
 __all__ = ["PROBLEM", "shard_map_vs_vmap"]
@@ -39,6 +39,9 @@ def shard_map_vs_vmap(x: jax.Array) -> jax.Array:
     devices as divide the number of rows, which is what
     :func:`~shard_tutorial.data_mesh` builds (``data_mesh(3)`` spans 3 of 8
     devices). Any numeric dtype must work, ``bfloat16`` included.
+
+    This problem practises ``jax.shard_map`` beside ``jax.vmap``: the
+    ``shard_map`` path splits the rows over the devices, with no communication.
 
     Args:
       x: 2-D array of shape ``(B, d)``: ``B`` rows of ``d`` numbers (any
@@ -157,6 +160,11 @@ def _generate(rng: np.random.Generator) -> Case:
     return Case(f"random: {rows} rows of {columns}, {x.dtype}", (x,))
 
 
+TECHNIQUE = Technique()
+"""What a solution must do besides computing the right values (the statement's
+"This problem practises" paragraph says it in words)."""
+
+
 PROBLEM = Problem(
     name="shard_map_vs_vmap",
     title="shard_map vs vmap",
@@ -166,5 +174,5 @@ PROBLEM = Problem(
     unsharded=_unsharded,
     explain=_explain,
     generate=_generate,
-    techniques=(SHARD_MAP,),
+    technique=TECHNIQUE,
 )

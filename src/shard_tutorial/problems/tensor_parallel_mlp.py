@@ -24,7 +24,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shard_tutorial.meshes import data_model_mesh, data_model_shape, place
-from shard_tutorial.problem import COLLECTIVE, SHARD_MAP, Case, Placement, Problem, precise
+from shard_tutorial.problem import Case, Forbidden, Placement, Problem, Technique, precise
 from shard_tutorial.problems._blocks import MAX_DEVICES, device_counts
 from shard_tutorial.validation import check_array
 
@@ -42,6 +42,10 @@ def tensor_parallel_mlp(x: jax.Array, w1: jax.Array, w2: jax.Array) -> jax.Array
     the shares up. Every size may be 0: an empty batch gives an empty output,
     no hidden units (``h = 0``) an output of zeros. The numbers must be real
     (integer or floating; ``relu`` has no meaning for complex ones).
+
+    This problem practises tensor parallelism with ``jax.shard_map``: the
+    weights stay split over ``"model"`` (never gathered whole), and one ``psum``
+    over ``"model"`` adds the devices' shares of the output.
 
     Args:
       x: inputs, shape (B, d).
@@ -257,6 +261,27 @@ def _cases() -> list[Case]:
     ]
 
 
+def _mesh(args: tuple[Any, ...], devices: int) -> tuple[int, ...]:
+    """The contract's mesh: ``data_model_mesh(B, h)``'s shape, ``(data, model)``."""
+    return data_model_shape(np.shape(args[0])[0], np.shape(args[1])[1], devices)
+
+
+TECHNIQUE = Technique(
+    collectives=(("all-reduce",),),
+    forbidden=(
+        Forbidden(
+            "all-gather",
+            "the weights must stay split over 'model': gathering them whole is what "
+            "tensor parallelism avoids",
+        ),
+    ),
+    group=lambda args, devices: _mesh(args, devices)[1],
+    axis="model",
+)
+"""What a solution must do besides computing the right values (the statement's
+"This problem practises" paragraph says it in words)."""
+
+
 PROBLEM = Problem(
     name="tensor_parallel_mlp",
     title="Tensor-parallel MLP",
@@ -276,7 +301,8 @@ PROBLEM = Problem(
         "",
         "from shard_tutorial import data_model_mesh  # a (data, model) mesh for any shapes",
     ),
-    techniques=(SHARD_MAP, COLLECTIVE),
+    technique=TECHNIQUE,
+    mesh=_mesh,
     placement=Placement(axis=0, blocks=_data_blocks),
     folder="training",
 )

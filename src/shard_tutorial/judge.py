@@ -1,0 +1,456 @@
+"""Judge what a solution returned: its values, then how and where it computed them.
+
+The judge runs in the checker's own process, where the solution's code never ran,
+and holds the problem's oracle. It reads only plain data a worker sent
+(:func:`shard_tutorial._check_worker.answer`): the output's values and layout, and
+how the output was made, recorded during the very call that returned it: the XLA
+programs it depends on (their collectives, read by :mod:`shard_tutorial.compiled`,
+and their device counts), copies from the host, and earlier arrays shaped like the
+answer. In order:
+
+1. values: the oracle's, within the dtype's rounding (:meth:`Problem.diagnose`);
+2. whose code: an answer computed by the package's own reference is not the reader's;
+3. where: the answer must be computed on the devices of the contract's mesh, not on
+   the host or on fewer devices, and must lie on them;
+4. how: with ``jax.shard_map``, and the collectives the problem practises
+   (:class:`~shard_tutorial.problem.Technique`), from code inside ``shard_map``,
+   over more than one device, and none of those it forbids;
+5. layout: split over the devices as the contract says
+   (:class:`~shard_tutorial.problem.Placement`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from shard_tutorial.assembly import Disagree, array, combine, items, own
+from shard_tutorial.compiled import Collective, parse_collectives
+from shard_tutorial.problem import KINDS_IN_WORDS, Case, Problem, Technique, precise
+
+__all__ = ["judge", "judge_cluster"]
+
+
+def judge_cluster(
+    problem: Problem,
+    case: Case,
+    outputs: list[dict[str, Any]],
+    payloads: list[bytes],
+    devices: int,
+    how: dict[str, Any] | None = None,
+    how_payload: bytes = b"",
+) -> tuple[str, str]:
+    """The verdict on ``case`` from what each process of a cluster returned.
+
+    ``how`` is how process 0 made its answer (every process runs the same programs).
+
+    Arrays are put back together from every process' shards (no collective ran to
+    gather them) and judged as one, item by item for a tuple; anything else is
+    judged process by process.
+    """
+    names = problem.outputs
+    lengths = {len(o.get("items", ())) for o in outputs}
+    if names and all("items" in o for o in outputs) and len(lengths) == 1:
+        parts = [items(o, p) for o, p in zip(outputs, payloads, strict=True)]
+        combined = [
+            combine([o["items"][k] for o in outputs], [p[k] for p in parts])
+            for k in range(lengths.pop())
+        ]
+        for k, result in enumerate(combined):
+            if isinstance(result, str):
+                return "fail", f"{names[k] if k < len(names) else f'item {k}'}: {result}"
+        if all(result is not None for result in combined):
+            parts_ = [result for result in combined if isinstance(result, tuple)]
+            header = {**outputs[0], "items": [item for item, _ in parts_]}
+            return judge(
+                problem, case, header, b"".join(d for _, d in parts_), devices, how, how_payload
+            )
+    elif not names:
+        result = combine(outputs, payloads)
+        if isinstance(result, str):
+            return "fail", result
+        if result is not None:
+            return judge(problem, case, result[0], result[1], devices, how, how_payload)
+    count = len(outputs)
+    for process, (output, payload) in enumerate(zip(outputs, payloads, strict=True)):
+        try:
+            status, message = judge(problem, case, *own(output, payload), devices, how, how_payload)
+        except Disagree as error:
+            status, message = "fail", str(error)
+        if status != "pass":
+            return status, f"process {process} of {count}: {message}"
+    return "pass", ""
+
+
+def judge(
+    problem: Problem,
+    case: Case,
+    output: dict[str, Any],
+    payload: bytes,
+    devices: int,
+    how: dict[str, Any] | None = None,
+    how_payload: bytes = b"",
+) -> tuple[str, str]:
+    """The verdict on what a solution returned for ``case``: a status and a message.
+
+    Args:
+      problem: the problem.
+      case: the case that was run.
+      output: the worker's description of the output (its ``"output"``).
+      payload: the output's values.
+      devices: the run's device count, which decides the mesh the contract asks for.
+      how: how the output was made (the worker's ``"how"``); None: not judged.
+      how_payload: the values of the candidates ``how`` lists.
+
+    Returns:
+      ``("pass", "")``, or a status (``"fail"``, ``"technique"``, ``"placement"``,
+      ``"reference"``) and one or more sentences.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from shard_tutorial._check_worker import answer
+      >>> from shard_tutorial.judge import judge
+      >>> from shard_tutorial.problems import get_problem
+      >>> psum = get_problem("shard_map_psum")
+      >>> case = psum.cases[0]
+      >>> event, data = answer(jnp.sum, psum.arranged(case))
+      >>> status, message = judge(psum, case, event["output"], data[: len(data) - event["how_nbytes"]],
+      ...                         1, event["how"], data[len(data) - event["how_nbytes"] :])
+      >>> status, message.split(":")[0]
+      ('technique', 'right values, computed with jax.numpy or jax.jit, not with jax.shard_map')
+    """
+    names = problem.outputs
+    if names:
+        wanted = f"the tuple ({', '.join(names)})"
+        if "items" not in output:
+            return "fail", _not_an_array(output).split(", not an array")[0] + f", not {wanted}"
+        if len(output["items"]) != len(names):
+            return "fail", (
+                f"returned a {output['kind']} of {len(output['items'])} items, not {wanted}"
+            )
+        labelled = list(zip(names, output["items"], items(output, payload), strict=True))
+    else:
+        labelled = [("", output, payload)]
+    arrays = []
+    for name, item, data in labelled:
+        if item["kind"] not in {"jax.Array", "numpy"}:
+            return "fail", _named(name, _not_an_array(item))
+        try:
+            arrays.append(array(item, data))
+        except ValueError:
+            return "fail", _named(name, (
+                f"returned an array of {item.get('dtype')}, which is not a dtype of numbers "
+                "(nor of the size its shape says)"
+            ))  # fmt: skip
+    received: Any = tuple(arrays) if names else arrays[0]
+    with jax.enable_x64(False):  # the expected dtypes are JAX's defaults, whatever the caller's
+        diagnosis = problem.diagnose(case, received)
+    differ = [name or "the output" for name, item, _ in labelled if item.get("replicas_differ")]
+    if differ:
+        return "fail", (
+            f"the devices hold different values for {' and '.join(differ)}, which the output's "
+            "sharding says every device holds a copy of: each device computed its own (with "
+            "check_vma=False, out_specs=P() is not checked). The values on the first device: "
+            + (diagnosis or "right")
+        )
+    if diagnosis is not None:
+        return "fail", diagnosis
+    for name, item, _ in labelled:
+        if item["kind"] == "numpy":
+            return "fail", _named(name, (
+                "right values, but a NumPy array, not a jax.Array: the answer was brought to "
+                "the host; return the array JAX computed, still on its devices"
+            ))  # fmt: skip
+    if how is not None:
+        with jax.enable_x64(False):
+            expected = problem.expected(case)
+        verdict = _judge_how(
+            problem, case, [item for _, item, _ in labelled],
+            list(expected) if names else [expected], devices, how, how_payload,
+        )  # fmt: skip
+        if verdict is not None:
+            return verdict
+    for (name, item, _), placement in zip(labelled, problem.placements(), strict=True):
+        if placement is None:
+            continue
+        blocks = None if placement.blocks is None else placement.blocks(case.args, devices)
+        wrong = placement.diagnose(
+            tuple(item["shape"]), tuple(item["split"]), int(item["devices"]), blocks
+        )
+        if wrong is not None:
+            return "placement", _named(name, wrong)
+    return "pass", ""
+
+
+def _judge_how(
+    problem: Problem,
+    case: Case,
+    outputs: Sequence[dict[str, Any]],
+    expected: Sequence[np.ndarray],
+    devices: int,
+    how: dict[str, Any],
+    how_payload: bytes,
+) -> tuple[str, str] | None:
+    """The verdict on how and where right values were computed; None if as asked."""
+    technique = problem.technique
+    practises = (
+        f"this problem practises {problem.practises}"
+        if problem.practises
+        else f"see the problem's page, {problem.page}"
+    )
+    if "error" in how:
+        return "technique", (
+            f"right values, but the checker could not read how they were computed: {how['error']}"
+        )
+    if how.get("intact") is not True:
+        return "technique", (
+            "right values, but the solution replaced the hooks in JAX through which the checker "
+            "sees the programs a call runs, so how it computed them cannot be judged"
+        )
+    programs = list(how.get("programs", []))
+    own_file = Path(inspect.getfile(problem.reference)).resolve()
+    for program in programs:
+        if any(_same_file(name, own_file) for name in program.get("files", [])):
+            return "reference", (
+                "right values, but computed by the package's own solution "
+                f"({own_file.parent.name}/{own_file.name}): the checker judges code of yours; "
+                "write the function yourself (the page's hidden solution is there to compare "
+                "with afterwards)"
+            )
+    size = sum(math.prod(e.shape) for e in expected)
+    empty = any(isinstance(a, np.ndarray) and a.size == 0 for a in case.args)
+    if size == 0 or empty:
+        # Nothing to split over the devices: an answer may skip them (a sum of nothing
+        # is 0), and XLA drops collectives of empty blocks. No device, technique or
+        # collective is asked for.
+        return None
+    # A problem with no technique (one that simulates devices on one) asks for no mesh.
+    mesh = problem.mesh_shape(case, devices) if technique is not None else (1,)
+    wanted = math.prod(mesh)
+    mesh_text = " x ".join(map(str, mesh))
+    inputs = problem.describe(case)
+    candidates = _candidates(how, how_payload)
+    made_at: list[int | None] = []
+    for k, want in enumerate(expected):
+        origin = _first_made(candidates.get(k, []), want, case, problem)
+        if origin is not None and origin["made"] == "host":
+            return "technique", (
+                "right values, but computed on the host (with NumPy or Python) and then copied "
+                f"to the devices: {practises}"
+            )
+        if origin is not None and int(origin["devices"]) < wanted:
+            return "placement", (
+                f"right values, but computed on {_devices(int(origin['devices']))}, where the "
+                f"contract's mesh for {inputs} has {mesh_text} devices: split the work over "
+                "all of them"
+            )
+        made_at.append(None if origin is None else int(origin["order"]))
+    for k, item in enumerate(outputs):
+        held = int(item.get("devices", 1))
+        if item.get("kind") == "jax.Array" and held < wanted:
+            name = problem.outputs[k] if problem.outputs else "the result"
+            return "placement", (
+                f"right values, but {name} lies on {_devices(held)}, where the contract's mesh "
+                f"for {inputs} has {mesh_text} devices"
+            )
+    made_by = how.get("made_by") or []
+    copies = {int(c["order"]): c for c in how.get("copies", [])}
+    for k, maker in enumerate(made_by):
+        if k < len(made_at) and made_at[k] is None and maker and maker.get("kind") == "copy":
+            copy = copies.get(int(maker["order"]))
+            if copy is not None and copy.get("host"):
+                return "technique", (
+                    "right values, but copied to the devices from the host, where they were "
+                    f"computed (with NumPy or Python): {practises}"
+                )
+    if not made_by or all(m is None for m in made_by):
+        return "technique", (
+            "right values, but no program the checker could see computed them (returned "
+            f"as given, or made outside jax.jit's and jax.shard_map's programs): {practises}"
+        )
+    if technique is None:
+        return None
+    latest = max((m for m in made_at if m is not None), default=None)
+    considered = [p for p in programs if latest is None or int(p["order"]) <= latest]
+    return _judge_technique(technique, case, devices, wanted, considered, practises)
+
+
+def _judge_technique(
+    technique: Technique,
+    case: Case,
+    devices: int,
+    wanted: int,
+    programs: list[dict[str, Any]],
+    practises: str,
+) -> tuple[str, str] | None:
+    """The verdict on the collectives (and shard_map) of the programs an answer came from."""
+    found: list[Collective] = []
+    for program in programs:
+        for collective in parse_collectives(str(program.get("text", ""))):
+            size = collective.group_size
+            if size is None:
+                size = int(program.get("devices", 1))
+            if size > 1:
+                found.append(collective)
+    explicit = [c for c in found if c.explicit]
+    added = [c for c in found if not c.explicit]
+    used_shard_map = bool(explicit) or any(p.get("shard_map") for p in programs)
+    if not used_shard_map:
+        if added:
+            way = f"by jax.jit's automatic partitioning (XLA added {_listed(added)})"
+        elif any(int(p.get("devices", 1)) > 1 for p in programs):
+            way = "by jax.jit's automatic partitioning"
+        else:
+            way = "with jax.numpy or jax.jit"
+        return "technique", f"right values, computed {way}, not with jax.shard_map: {practises}"
+    if technique.primitives and not any(
+        set(technique.primitives) & set(p.get("primitives", [])) for p in programs
+    ):
+        names = " or ".join(f"jax.lax.{name}" for name in technique.primitives)
+        return "technique", f"right values, but no {names}: {practises}"
+    if wanted <= 1:
+        return None  # one device: no collective to ask for, none to forbid
+    group = technique.group(case.args, devices) if technique.group is not None else None
+    for alternatives in technique.collectives if group != 1 else ():
+        matching = [c for c in explicit if c.kind in alternatives]
+        asked = " or ".join(KINDS_IN_WORDS.get(kind, kind) for kind in alternatives)
+        if not matching:
+            ran = _listed(found) if found else "no collective over more than one device"
+            return "technique", (
+                f"right values, but no {asked} from the code inside jax.shard_map; the compiled "
+                f"program runs {ran}: {practises}"
+            )
+        if group is not None:
+            if not any(c.group_size in {group, None} for c in matching):
+                sizes = sorted({c.group_size or 0 for c in matching})
+                return "technique", (
+                    f"right values, but the {asked} runs over {_devices(sizes[0])}, where the "
+                    f"mesh's {technique.axis!r} axis has {group}: {practises}"
+                )
+    for rule in technique.forbidden:
+        limit = rule.at_least(case.args) if rule.at_least is not None else 0
+        over = [c for c in found if c.kind == rule.kind and _moved(c) >= limit]
+        if over:
+            asked = " and ".join(
+                " or ".join(KINDS_IN_WORDS.get(kind, kind) for kind in alternatives)
+                for alternatives in technique.collectives
+            )
+            return "technique", (
+                f"right values, but the compiled program runs {_listed(over)}"
+                + (f" where {asked} was asked" if asked else "")
+                + f": {rule.why}"
+            )
+    return None
+
+
+def _moved(collective: Collective) -> int:
+    """The larger of what a collective takes in and gives out, per device, in bytes."""
+    return max(collective.nbytes, collective.operand_bytes or 0)
+
+
+def _listed(collectives: Sequence[Collective]) -> str:
+    """``"1 all-reduce of 64 bytes over 8 devices"``, one phrase per kind and size."""
+    counted: dict[tuple[str, int, int | None], int] = {}
+    for c in collectives:
+        key = (c.kind, c.nbytes, c.group_size)
+        counted[key] = counted.get(key, 0) + 1
+    phrases = [
+        f"{n} {kind}{'s' if n > 1 else ''} of {nbytes} bytes"
+        + (f" over {size} devices" if size else "")
+        for (kind, nbytes, size), n in counted.items()
+    ]
+    return ", ".join(phrases)
+
+
+def _devices(count: int) -> str:
+    return f"{count} device{'s' if count != 1 else ''}"
+
+
+def _same_file(name: str, target: Path) -> bool:
+    try:
+        return Path(name).resolve() == target
+    except (OSError, ValueError):
+        return False
+
+
+def _candidates(how: dict[str, Any], payload: bytes) -> dict[int, list[dict[str, Any]]]:
+    """The candidates ``how`` lists, each with its ``values`` (float64), by output item."""
+    found: dict[int, list[dict[str, Any]]] = {}
+    offset = 0
+    for candidate in how.get("candidates", []):
+        size = int(candidate["nbytes"])
+        shape = tuple(int(n) for n in candidate["shape"])
+        data = payload[offset : offset + size]
+        offset += size
+        if len(data) != size or size != math.prod(shape) * 8:
+            break  # garbled: judge without them
+        values = np.frombuffer(data, np.float64).reshape(shape)
+        found.setdefault(int(candidate["item"]), []).append({**candidate, "values": values})
+    for listed in found.values():
+        listed.sort(key=lambda c: int(c["order"]))
+    return found
+
+
+def _first_made(
+    candidates: list[dict[str, Any]], expected: np.ndarray, case: Case, problem: Problem
+) -> dict[str, Any] | None:
+    """The earliest candidate with the answer's values: where the answer was computed.
+
+    None when none has them, and when the answer could be such an array by chance:
+    an answer of only 0s, 1s and -1s (a host constant may hold those), or one equal
+    to one of the case's arguments (a copy of an input is not a computation).
+    """
+    want = precise(expected)
+    if want.size == 0 or np.isin(want, (-1, 0, 1)).all():
+        return None
+    for argument in case.args:
+        if isinstance(argument, np.ndarray) and argument.shape == want.shape:
+            if np.allclose(precise(argument), want, equal_nan=True):
+                return None
+    rtol, atol = problem.tolerance(case, expected.dtype)
+    for candidate in candidates:
+        values = candidate["values"]
+        if values.shape == want.shape and np.allclose(
+            values, want, rtol=max(rtol, 1e-6), atol=atol, equal_nan=True
+        ):
+            return candidate
+    return None
+
+
+def _named(name: str, message: str) -> str:
+    """``message`` about the output called ``name`` (nothing added for a lone output)."""
+    return f"{name}: {message}" if name else message
+
+
+def _not_an_array(output: dict[str, Any]) -> str:
+    """What to say when a solution returned something other than an array."""
+    kind, shown = str(output["kind"]), output.get("repr", "")
+    if kind == "NoneType":
+        return "returned None, not an array: is a return statement missing?"
+    if kind in {"list", "tuple"}:
+        length = output.get("length")
+        return (
+            f"returned a {kind} of {length} item{'' if length == 1 else 's'}, not an array: "
+            "put them in one "
+            "array (jnp.stack or jnp.asarray) and return that"
+        )
+    if kind == "str":
+        return f"returned a str ({shown}), not an array of numbers"
+    if kind in {"int", "float", "complex", "bool"}:
+        return (
+            f"returned a Python {kind} ({shown}), not an array: return the jax.Array the "
+            "computation gives (a 0-d array for a single number)"
+        )
+    if kind == "generator":
+        return "returned a generator, not an array: is there a yield where a return should be?"
+    if kind.startswith("array of"):
+        return f"returned an {kind}, not an array of numbers"
+    return f"returned a {kind}, not an array" + (
+        f" (reading it raised: {output['problem']})" if "problem" in output else ""
+    )
