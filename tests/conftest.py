@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import hypothesis
 import jax
@@ -11,6 +13,8 @@ import numpy as np
 import pytest
 
 from shard_tutorial.problem import Case, Problem, precise
+
+sys.path.insert(0, str(Path(__file__).parent))  # judging.py; pytest runs with --import-mode=importlib
 
 # JAX compiles once per new shape, which can take longer than hypothesis' default
 # per-example deadline on a loaded machine; the suite has no timing assertions.
