@@ -416,6 +416,7 @@ def describe_lineage(
                 "order": run.order,
                 "devices": run.devices,
                 "shard_map": "shard_map" in run.primitives,
+                "primitives": sorted(run.primitives),
                 "files": sorted(run.files),
                 "text": "\n".join(lines)[:TEXT_LIMIT],
             }

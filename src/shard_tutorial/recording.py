@@ -313,6 +313,9 @@ class _Hooks:
         pjit._pjit_call_impl_python = run_and_record
         pjit._get_fastpath_data = no_fast_path
         dispatch._batched_device_put_impl = put_and_record
+        # Programs already on the fast path (called before the hooks were in) would
+        # still run from C++, unseen: drop JAX's caches, so every call comes back here.
+        jax.clear_caches()
 
     @classmethod
     def install(cls) -> _Hooks:
