@@ -105,7 +105,7 @@ def test_the_layout_is_judged_from_the_outputs_own_split(placement, shape, split
         (2.5, "returned a Python float (2.5), not an array"),
         ((i for i in ()), "returned a generator, not an array"),
         (np.array(["a"]), "returned an array of <U1, not an array of numbers"),
-        (object(), "returned a object, not an array"),
+        (object(), "returned an object, not an array"),
     ],
 )
 def test_what_is_not_an_array_is_named(value, message):

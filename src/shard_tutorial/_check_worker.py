@@ -315,7 +315,13 @@ def _describe_shards(value: Any, header: dict[str, Any]) -> tuple[dict[str, Any]
 
 
 def answer(
-    solution: Callable[..., Any], args: tuple[Any, ...], *, shards: bool = False
+    solution: Callable[..., Any],
+    args: tuple[Any, ...],
+    *,
+    shards: bool = False,
+    record: Callable[[], Any] | None = None,
+    intact: Callable[[], bool] | None = None,
+    helpers: tuple[Callable[..., Any], ...] | None = None,
 ) -> tuple[dict[str, Any], bytes]:
     """Call ``solution(*args)`` once and describe what it returned and how it was made.
 
@@ -328,6 +334,13 @@ def answer(
       args: its arguments, laid out as the problem's contract says they arrive.
       shards: describe a ``jax.Array`` by the shards this process holds (a
         process of a cluster).
+      record: :func:`shard_tutorial.recording.record`, as the worker bound it
+        before the solution's file ran (so the file cannot swap it); None: that
+        function.
+      intact: says whether the recorder's hooks in JAX are still in place, bound
+        as ``record`` is; None: not asked beyond what the recording says.
+      helpers: :func:`describe_output`, :func:`describe_lineage` and
+        :func:`describe_exception`, bound as ``record`` is; None: this module's.
 
     Returns:
       The event to report (``"output"`` with the output's header and, under
@@ -344,10 +357,11 @@ def answer(
       >>> print(answer(lambda x: 1 / 0, (jnp.ones(1),))[0]["message"].splitlines()[0])
       ZeroDivisionError: division by zero
     """
-    from shard_tutorial.recording import record  # noqa: PLC0415 (JAX has its devices by now)
-
     import jax  # noqa: PLC0415
 
+    describe, lineage, explain = helpers or (describe_output, describe_lineage, describe_exception)
+    if record is None:
+        from shard_tutorial.recording import record  # noqa: PLC0415 (JAX has its devices now)
     with record() as recording:
         began = time.perf_counter()
         try:
@@ -355,18 +369,20 @@ def answer(
         except BaseException as error:  # noqa: BLE001 (the solution's code may raise anything)
             return {
                 "event": "raised",
-                "message": describe_exception(error),
+                "message": explain(error),
                 "memory": is_memory_error(error),
             }, b""
         seconds = time.perf_counter() - began
     try:
-        header, payload = describe_output(received, shards=shards)
+        header, payload = describe(received, shards=shards)
     except BaseException as error:  # noqa: BLE001 (an object whose methods raise)
         header, payload = {"kind": type(received).__name__, "problem": str(error)}, b""
     try:
-        how, extra = describe_lineage(recording, received, args, shards=shards)
+        how, extra = lineage(recording, received, args, shards=shards)
     except BaseException as error:  # noqa: BLE001
-        how, extra = {"error": describe_exception(error).splitlines()[0]}, b""
+        how, extra = {"error": explain(error).splitlines()[0]}, b""
+    if intact is not None and not intact():
+        how["intact"] = False
     event = {
         "event": "output",
         "output": header,
@@ -521,6 +537,10 @@ def main() -> int:
         while data:
             data = data[write(channel, data) :]
 
+    if request.get("parent"):  # killed with the checker, even if it is killed with SIGKILL
+        from shard_tutorial.launcher import _die_with_launcher  # noqa: PLC0415
+
+        _die_with_launcher(int(request["parent"]))
     from shard_tutorial.devices import use_cpu_devices  # noqa: PLC0415 (before JAX starts)
 
     use_cpu_devices(request["devices"])
@@ -539,7 +559,17 @@ def main() -> int:
     if request.get("arrange"):  # the problem lays its inputs out, e.g. a weight split
         arrange = _resolve(request["arrange"])
         cases = [arrange(args) for args in cases]
-    run_case = answer  # bound now: the solution's file cannot replace what the loop calls
+    # Bound now, before the solution's file runs: what the loop calls, the recorder and
+    # its hooks in JAX (installed now), so that the file cannot swap them (and if it
+    # replaces the hooks in JAX, the recording says so).
+    from shard_tutorial import recording  # noqa: PLC0415
+
+    run_case = functools.partial(
+        answer,
+        record=recording.record,
+        intact=recording._Hooks.install().intact,
+        helpers=(describe_output, describe_lineage, describe_exception),
+    )
     sys.path.insert(0, str(Path.cwd()))
     emit(event="loading")
     # The solution's code may raise anything, SystemExit and KeyboardInterrupt

@@ -56,7 +56,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, BinaryIO
 
 import jax
 import numpy as np
@@ -68,6 +68,7 @@ from shard_tutorial.problems import get_problem
 from shard_tutorial.report import CaseResult, CheckReport, DeviceRun
 
 __all__ = [
+    "DEFAULT_DEADLINE",
     "DEFAULT_DEVICES",
     "DEFAULT_TIMEOUT",
     "MEMORY_LIMIT",
@@ -78,6 +79,10 @@ __all__ = [
 ]
 
 DEFAULT_DEVICES = (1, 8)
+DEFAULT_DEADLINE = 120.0
+"""Seconds a whole check may take, starting JAX and every case on every device count
+included; the cases not finished by then are reported as not run. A right solution's
+check takes 5 to 20 s (``benchmarks/checker.py``)."""
 DEFAULT_TIMEOUT = 10.0
 """Seconds a case may take, compilation and tracing included, before it is stopped as
 a hang. A right solution's slowest case takes about a second on a busy machine
@@ -100,6 +105,8 @@ MAX_HANGS = 2
 EXIT_GRACE = 2.0
 """Seconds a finished process may take to exit before its whole session is killed: a
 thread or a process the solution started must not keep the check waiting."""
+_HEADER_LIMIT = 1 << 20  # bytes a report's header line may take before its end of line
+_PAYLOAD_LIMIT = MEMORY_LIMIT  # bytes of values one report may carry
 _POLL = 0.1  # seconds between looks at whether the worker ended or the check was cancelled
 INTERRUPTED = threading.Event()
 """Set by the command line's Ctrl-C handler: every check stops its workers and raises
@@ -114,6 +121,7 @@ def check(
     function: str | None = None,
     seed: int | None = None,
     processes: int = 1,
+    deadline: float = DEFAULT_DEADLINE,
 ) -> CheckReport:
     """Run a solution on a problem's cases on each device count and report.
 
@@ -137,6 +145,8 @@ def check(
         of a GPU or TPU cluster does. Each process sends back the blocks it holds;
         the checker puts the output together from them. A hang or a crash in any
         process stops the whole cluster; the next cases run on a fresh one.
+      deadline: seconds the whole check may take; cases not finished by then are
+        reported as not run (the report prints it).
 
     Returns:
       A :class:`CheckReport`; ``report.passed`` says whether every case passed.
@@ -205,6 +215,9 @@ def check(
     if not 0 < timeout < math.inf:
         msg = f"timeout must be a positive, finite number of seconds, got {timeout!r}"
         raise ValueError(msg)
+    if isinstance(deadline, bool) or not isinstance(deadline, int | float) or not deadline > 0:
+        msg = f"deadline must be a positive number of seconds, got {deadline!r}"
+        raise ValueError(msg)
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         msg = f"seed must be a whole number, got {type(seed).__name__} {seed!r}"
         raise TypeError(msg)
@@ -224,7 +237,11 @@ def check(
         runs = tuple(DeviceRun(n, (), load_error, processes if n > 1 else 1) for n in counts)
         notes: tuple[str, ...] = ()
     else:
-        checking = _Check(problem, tuple(cases), spec, timeout, threading.Event())
+        _end_orphans()  # what checks in processes that were killed left running
+        checking = _Check(
+            problem, tuple(cases), spec, timeout, threading.Event(),
+            deadline=time.monotonic() + deadline, seconds=deadline,
+        )  # fmt: skip
         pool = ThreadPoolExecutor(len(counts))
         try:
             futures = [pool.submit(checking.run, n, processes if n > 1 else 1) for n in counts]
@@ -237,7 +254,9 @@ def check(
         notes = checking.notes()
     if INTERRUPTED.is_set():
         raise KeyboardInterrupt
-    return CheckReport(problem.name, described, runs, time.perf_counter() - start, seed, notes)
+    return CheckReport(
+        problem.name, described, runs, time.perf_counter() - start, seed, notes, deadline
+    )
 
 
 def _solution_spec(
@@ -313,8 +332,12 @@ class _Check:
     spec: dict[str, Any]
     timeout: float
     cancel: threading.Event
-    origins: set[str] = dataclasses.field(default_factory=set)
+    deadline: float = math.inf  # time.monotonic() after which no case starts
+    seconds: float = math.inf  # the deadline, as the caller gave it
     x64: bool = False
+    token: str = dataclasses.field(
+        default_factory=lambda: f"{os.getpid()}-{secrets.token_hex(8)}"
+    )
 
     def notes(self) -> tuple[str, ...]:
         """What the report says besides the verdict."""
@@ -347,6 +370,14 @@ class _Check:
             lost_in_a_row = lost_in_a_row + 1 if not outcome.results else 1
             hangs += status == "timeout"
             start = index + 1
+            if time.monotonic() > self.deadline:
+                for rest in range(start, len(self.cases)):
+                    results[rest] = CaseResult(
+                        *self.describe(rest),
+                        "not run",
+                        f"not run: the check's deadline of {self.seconds:g} s was reached",
+                    )
+                break
             if lost_in_a_row >= MAX_LOST or hangs >= MAX_HANGS:
                 why = f"{hangs} hangs" if hangs >= MAX_HANGS else f"{lost_in_a_row} cases in a row"
                 for rest in range(start, len(self.cases)):
@@ -380,24 +411,25 @@ class _Check:
                 "parent": os.getpid(),
             }
         with contextlib.ExitStack() as stack:
-            scratch = Path(
-                stack.enter_context(tempfile.TemporaryDirectory(prefix="shard-tutorial-check-"))
-            )
             workers: list[subprocess.Popen[bytes]] = []
             channels: list[int] = []
-            outputs: list[Path] = []
+            # What each worker prints goes to a file with no name (nothing is left on
+            # disk, whatever ends the check, and the solution cannot remove it).
+            outputs: list[BinaryIO] = []
 
             def end_all() -> None:
                 grace = 0 if self._cancelled() else EXIT_GRACE
                 for worker in workers:  # a cluster's: at once, its answers are in
                     _end_session(worker, grace=grace if len(workers) == 1 else 0)
+                _end_descendants(self.token)  # what the solution started in sessions of its own
 
             stack.callback(_close_all, channels)
+            stack.callback(lambda: [output.close() for output in outputs])
             stack.callback(end_all)
             for index in range(processes):
                 read_end, write_end = os.pipe()  # neither is inherited, except as pass_fds says
                 channels.append(read_end)
-                outputs.append(scratch / f"output{index}.txt")
+                outputs.append(tempfile.TemporaryFile(prefix="shard-tutorial-check-"))
                 try:
                     member = None if cluster is None else {**cluster, "process": index}
                     workers.append(
@@ -413,7 +445,7 @@ class _Check:
         self,
         devices: int,
         start: int,
-        output: Path,
+        output: BinaryIO,
         fd: int,
         cluster: dict[str, Any] | None = None,
     ) -> subprocess.Popen[bytes]:
@@ -426,18 +458,24 @@ class _Check:
             "fd": fd,
             "cluster": cluster,
             "arrange": _qualified(self.problem.arrange),
+            "parent": os.getpid(),  # the worker dies with the checker, even by SIGKILL
         }
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        with output.open("wb") as sink:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "shard_tutorial._check_worker"],
-                stdin=subprocess.PIPE,
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-                pass_fds=(fd,),
-                env=env,
-                start_new_session=True,  # its own process group: ended as a whole
-            )
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+            # Inherited by everything the solution starts, even in a session of its own:
+            # how those processes are found and ended with the check (_end_descendants).
+            _TOKEN: self.token,
+        }
+        process = subprocess.Popen(
+            [sys.executable, "-m", "shard_tutorial._check_worker"],
+            stdin=subprocess.PIPE,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            pass_fds=(fd,),
+            env=env,
+            start_new_session=True,  # its own process group: ended as a whole
+        )
         assert process.stdin is not None
         try:
             # The worker waits for its request before it runs a line of the solution's,
@@ -479,7 +517,7 @@ class _Follow:
         check: _Check,
         processes: list[subprocess.Popen[bytes]],
         channels: list[int],
-        outputs: list[Path],
+        outputs: list[BinaryIO],
         devices: int,
     ) -> None:
         self.check, self.processes, self.devices = check, processes, devices
@@ -536,7 +574,11 @@ class _Follow:
                             break
                 if self.done:
                     break
-                if time.monotonic() > self.deadline:
+                now = time.monotonic()
+                if now > self.check.deadline:
+                    self._overdue()
+                    break
+                if now > self.deadline:
                     self._hung()
                     break
         return self.outcome
@@ -555,12 +597,18 @@ class _Follow:
         return True
 
     def _frames(self, index: int) -> None:
+        if b"\n" not in self.buffers[index] and len(self.buffers[index]) > _HEADER_LIMIT:
+            self._garbled(index)  # bytes with no end of line: not a report
+            return
         while not self.done and b"\n" in self.buffers[index]:
             line, rest = self.buffers[index].split(b"\n", 1)
             try:
                 event = json.loads(line)
                 size = int(event.get("nbytes", 0))
-            except (ValueError, AttributeError, TypeError):
+            except (ValueError, AttributeError, TypeError, RecursionError):
+                self._garbled(index)
+                return
+            if not 0 <= size <= _PAYLOAD_LIMIT:
                 self._garbled(index)
                 return
             if len(rest) < size:
@@ -581,7 +629,6 @@ class _Follow:
             self.outcome.load_error = str(event["message"])
             self.done = True
         elif kind == "ready":
-            self.check.origins.add(str(event["origin"]))
             self.check.x64 |= event["x64"] is True
             self.phases[process] = "running"
         elif kind == "start":
@@ -650,6 +697,15 @@ class _Follow:
         else:
             self.outcome.stopped = (self.current, status, message)
         self.done = True
+
+    def _overdue(self) -> None:
+        """The check's overall deadline passed: this case is stopped, the rest not run."""
+        message = (
+            f"stopped: the check's deadline of {self.check.seconds:g} s was reached (each "
+            f"case may take {self.check.timeout:g} s; is the solution, or its file's "
+            "imports, much slower than it needs to be?)"
+        )
+        self._stop_with("timeout", message, running=self.phase == "running")
 
     def _hung(self) -> None:
         waiting = [
@@ -791,10 +847,66 @@ def _how_it_ended(status: int | None) -> str:
     return f"exit status {status}"
 
 
-def _tail(path: Path, size: int = 2000) -> str:
+def _tail(output: BinaryIO, size: int = 2000) -> str:
     """The end of what the worker printed (it may have printed a lot)."""
-    with path.open("rb") as file:
-        file.seek(max(0, path.stat().st_size - size))
-        return file.read().decode(errors="replace").strip()
+    try:
+        end = output.seek(0, os.SEEK_END)
+        output.seek(max(0, end - size))
+        return output.read().decode(errors="replace").strip()
+    except (OSError, ValueError):  # closed, or not seekable: nothing to show
+        return ""
+
+
+_TOKEN = "SHARD_TUTORIAL_CHECK"
+"""The environment variable that marks every process of a check, with the check's token."""
+
+
+def _end_descendants(token: str) -> None:
+    """Kill every process whose environment carries ``token``: what a check left running.
+
+    A solution may start a process in a session of its own, out of reach of the
+    worker's process group; it inherits the worker's environment, so it is found
+    here by the token (Linux's ``/proc``; elsewhere nothing is done).
+    """
+    marker = f"{_TOKEN}={token}".encode()
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return
+    me = os.getpid()
+    for entry in proc.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:  # gone, or not ours to read
+            continue
+        if marker in environ.split(b"\0"):
+            with contextlib.suppress(OSError):
+                os.kill(int(entry.name), signal.SIGKILL)
+
+
+def _end_orphans() -> None:
+    """Kill what earlier checks in processes that are gone left running (a killed kernel).
+
+    A check's token starts with the pid of the process that ran it; a process that
+    still carries the token of a process that no longer exists is an orphan.
+    """
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return
+    prefix = f"{_TOKEN}=".encode()
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        for variable in environ.split(b"\0"):
+            if variable.startswith(prefix):
+                owner = variable[len(prefix) :].split(b"-")[0]
+                if owner.isdigit() and not Path(f"/proc/{int(owner)}").exists():
+                    with contextlib.suppress(OSError):
+                        os.kill(int(entry.name), signal.SIGKILL)
 
 

@@ -36,6 +36,15 @@ from shard_tutorial.problem import KINDS_IN_WORDS, Case, Problem, Technique, pre
 
 __all__ = ["judge", "judge_cluster"]
 
+# The JAX primitives that compile to each collective (jax 0.10 and 0.12).
+_PRIMITIVES_OF_KIND = {
+    "all-reduce": {"psum", "psum2", "psum_invariant", "pmax", "pmin"},
+    "all-gather": {"all_gather", "all_gather_invariant"},
+    "reduce-scatter": {"psum_scatter", "reduce_scatter"},
+    "collective-permute": {"ppermute", "pshuffle"},
+    "all-to-all": {"all_to_all", "ragged_all_to_all"},
+}
+
 
 def judge_cluster(
     problem: Problem,
@@ -315,7 +324,19 @@ def _judge_technique(
         names = " or ".join(f"jax.lax.{name}" for name in technique.primitives)
         return "technique", f"right values, but no {names}: {practises}"
     if wanted <= 1:
-        return None  # one device: no collective to ask for, none to forbid
+        # One device: XLA drops collectives over one device from the program it compiles,
+        # but the program JAX traced for this call still holds the code's own.
+        traced = set().union(*(set(p.get("primitives", [])) for p in programs))
+        for alternatives in technique.collectives:
+            names = set().union(*(_PRIMITIVES_OF_KIND.get(kind, set()) for kind in alternatives))
+            if not names & traced:
+                asked = " or ".join(KINDS_IN_WORDS.get(kind, kind) for kind in alternatives)
+                return "technique", (
+                    f"right values, but the program this call ran asks for no {asked}: "
+                    f"{practises} (on one device the one block is the whole array, so the "
+                    "values alone cannot show it)"
+                )
+        return None  # nothing crosses devices to judge, nor to forbid
     group = technique.group(case.args, devices) if technique.group is not None else None
     for alternatives in technique.collectives if group != 1 else ():
         matching = [c for c in explicit if c.kind in alternatives]
@@ -451,6 +472,14 @@ def _not_an_array(output: dict[str, Any]) -> str:
         return "returned a generator, not an array: is there a yield where a return should be?"
     if kind.startswith("array of"):
         return f"returned an {kind}, not an array of numbers"
-    return f"returned a {kind}, not an array" + (
+    if kind in {"ArrayImpl", "jax.Array"} and "problem" in output:
+        return (
+            "returned a jax.Array that cannot be read: its shards do not fit together into "
+            f"an array of its shape ({output['problem']}). jax 0.10 makes such an array "
+            "from an all_to_all of empty blocks: handle the empty case before the "
+            "collective, as the statement says"
+        )
+    article = "an" if kind[:1].lower() in "aeiou" else "a"
+    return f"returned {article} {kind}, not an array" + (
         f" (reading it raised: {output['problem']})" if "problem" in output else ""
     )

@@ -154,6 +154,8 @@ class Placement:
       >>> rows = Placement(axis=0, spec='P("data", None)')
       >>> print(rows.diagnose(shape=(16, 2), split=(1, 1), devices=8))
       right values, but every device holds the whole result: out_specs=P() where P("data", None) was asked for (axis 0 split over the devices)
+      >>> print(rows.diagnose(shape=(16, 4), split=(2, 4), devices=8))
+      right values, but the result is split along axis 1 as well as axis 0: only axis 0 should be split over the devices (P("data", None))
     """
 
     axis: int | None
@@ -200,9 +202,16 @@ class Placement:
                 "right values, but every device holds the whole result: out_specs=P() where "
                 f"{self.spec} was asked for (axis {self.axis} split over the devices)"
             )
+        if self.axis in split_axes:
+            others = " and ".join(str(a) for a in split_axes if a != self.axis)
+            return (
+                f"right values, but the result is split along axis {others} as well as axis "
+                f"{self.axis}: only axis {self.axis} should be split over the devices "
+                f"({self.spec})"
+            )
         return (
             f"right values, but the result is split along axis {split_axes[0]} where axis "
-            f"{self.axis} should be split over the devices"
+            f"{self.axis} should be split over the devices ({self.spec})"
         )
 
 

@@ -107,8 +107,8 @@ class CheckReport:
       runs: one run per device count.
       seconds: wall time of the whole check.
       seed: the seed of the check's random cases (None: it had none).
-      notes: what the reader should know besides the verdict (that the file only
-        re-exports the package's reference, say).
+      notes: what the reader should know besides the verdict.
+      deadline: the seconds the check was allowed in all.
     """
 
     problem: str
@@ -117,6 +117,7 @@ class CheckReport:
     seconds: float
     seed: int | None = None
     notes: tuple[str, ...] = ()
+    deadline: float | None = None
 
     @property
     def passed(self) -> bool:
@@ -206,7 +207,8 @@ class CheckReport:
                 lines.append("")
         for hint in self.hints():
             lines += [textwrap.fill("Hint: " + hint, 88), ""]
-        lines.append(f"Checked in {self.seconds:.1f} s.")
+        limit = f" (deadline {self.deadline:g} s)" if self.deadline is not None else ""
+        lines.append(f"Checked in {self.seconds:.1f} s{limit}.")
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
