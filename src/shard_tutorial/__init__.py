@@ -46,6 +46,7 @@ _LAZY = {
     "join_cluster": "shard_tutorial.launcher",
     "launch": "shard_tutorial.launcher",
     "place": "shard_tutorial.meshes",
+    "reference_copy": "shard_tutorial.checker",
     "shard_map_double": "shard_tutorial.problems.shard_map_double",
     "shard_map_psum": "shard_tutorial.problems.shard_map_psum",
     "shard_map_simulate": "shard_tutorial.problems.shard_map_simulate",
@@ -78,6 +79,7 @@ __all__ = [
     "launch",
     "nnx_data_parallel_step",
     "place",
+    "reference_copy",
     "shard_map_all_gather",
     "shard_map_all_to_all",
     "shard_map_axis_index",
@@ -108,7 +110,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what type checkers and IDEs see
-    from shard_tutorial.checker import check
+    from shard_tutorial.checker import check, reference_copy
     from shard_tutorial.devices import use_cpu_devices
     from shard_tutorial.launcher import join_cluster, launch
     from shard_tutorial.meshes import (

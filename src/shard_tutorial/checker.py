@@ -76,6 +76,7 @@ __all__ = [
     "CheckReport",
     "DeviceRun",
     "check",
+    "reference_copy",
 ]
 
 DEFAULT_DEVICES = (1, 8)
@@ -257,6 +258,37 @@ def check(
     return CheckReport(
         problem.name, described, runs, time.perf_counter() - start, seed, notes, deadline
     )
+
+
+def reference_copy(problem: str | Problem, directory: str | os.PathLike[str] | None = None) -> Path:
+    """The problem's reference module, copied into a file of the reader's, as one would paste it.
+
+    The checker judges code of the reader's: given the package's own reference (or
+    a function that calls it) it answers REFERENCE. A copy of the reference's
+    source in a file of one's own is code of one's own, and passes: the pages
+    use it to show a passing report.
+
+    Args:
+      problem: the problem, or its name.
+      directory: where to write ``<name>.py``; None: a new temporary directory.
+
+    Returns:
+      The path of the copy.
+
+    Examples:
+      >>> from shard_tutorial import reference_copy
+      >>> path = reference_copy("shard_map_psum")
+      >>> path.name, "def shard_map_psum(" in path.read_text()
+      ('shard_map_psum.py', True)
+    """
+    import inspect  # noqa: PLC0415
+    import shutil  # noqa: PLC0415
+
+    problem = problem if isinstance(problem, Problem) else get_problem(problem)
+    folder = Path(tempfile.mkdtemp(prefix="shard-tutorial-")) if directory is None else Path(directory)
+    path = folder / f"{problem.name}.py"
+    shutil.copyfile(inspect.getfile(problem.reference), path)
+    return path
 
 
 def _solution_spec(
