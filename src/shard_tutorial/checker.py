@@ -367,9 +367,6 @@ class _Check:
     deadline: float = math.inf  # time.monotonic() after which no case starts
     seconds: float = math.inf  # the deadline, as the caller gave it
     x64: bool = False
-    token: str = dataclasses.field(
-        default_factory=lambda: f"{os.getpid()}-{secrets.token_hex(8)}"
-    )
 
     def notes(self) -> tuple[str, ...]:
         """What the report says besides the verdict."""
@@ -442,6 +439,10 @@ class _Check:
                 "processes": processes,
                 "parent": os.getpid(),
             }
+        # Marks the processes of this session (and only this one: the other device
+        # counts' sessions run at the same time) for _end_descendants; the pid first,
+        # for _end_orphans.
+        token = f"{os.getpid()}-{secrets.token_hex(8)}"
         with contextlib.ExitStack() as stack:
             workers: list[subprocess.Popen[bytes]] = []
             channels: list[int] = []
@@ -453,7 +454,7 @@ class _Check:
                 grace = 0 if self._cancelled() else EXIT_GRACE
                 for worker in workers:  # a cluster's: at once, its answers are in
                     _end_session(worker, grace=grace if len(workers) == 1 else 0)
-                _end_descendants(self.token)  # what the solution started in sessions of its own
+                _end_descendants(token)  # what the solution started in sessions of its own
 
             stack.callback(_close_all, channels)
             stack.callback(lambda: [output.close() for output in outputs])
@@ -466,7 +467,7 @@ class _Check:
                     member = None if cluster is None else {**cluster, "process": index}
                     workers.append(
                         self._start_worker(
-                            devices // processes, start, outputs[-1], write_end, member
+                            devices // processes, start, outputs[-1], write_end, token, member
                         )
                     )
                 finally:
@@ -479,6 +480,7 @@ class _Check:
         start: int,
         output: BinaryIO,
         fd: int,
+        token: str,
         cluster: dict[str, Any] | None = None,
     ) -> subprocess.Popen[bytes]:
         """Start a worker in a session of its own, limit it, then send it its request."""
@@ -497,7 +499,7 @@ class _Check:
             "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
             # Inherited by everything the solution starts, even in a session of its own:
             # how those processes are found and ended with the check (_end_descendants).
-            _TOKEN: self.token,
+            _TOKEN: token,
         }
         process = subprocess.Popen(
             [sys.executable, "-m", "shard_tutorial._check_worker"],

@@ -151,6 +151,8 @@ class CheckReport:
             and run.load_error is None
             and any(r.status == "fail" for r in run.results)
         ]
+        if not broken:
+            return []
         names = " and ".join(run.name for run in broken)
         if all(run.processes > 1 for run in broken):
             hint = (

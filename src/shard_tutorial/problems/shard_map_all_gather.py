@@ -155,6 +155,8 @@ def _cases() -> list[Case]:
         Case("length 64: 8 rows per device on 8", (rng.normal(size=64).astype(np.float32),)),
         Case("int32 input stays int32", (np.arange(-20, 20, dtype=np.int32),)),
         Case("length 200, random", (rng.normal(size=200).astype(np.float32),)),
+        Case("bfloat16 stays bfloat16", (rng.normal(size=24).astype(jnp.bfloat16),)),
+        Case("float16 stays float16, length 20", (rng.normal(size=20).astype(np.float16),)),
     ]
 
 

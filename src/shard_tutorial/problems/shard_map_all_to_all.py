@@ -155,6 +155,8 @@ def _cases() -> list[Case]:
         Case("16 by 8: 8 devices", (np.arange(128, dtype=np.float32).reshape(16, 8),)),
         Case("int32 input stays int32", (np.arange(256, dtype=np.int32).reshape(8, 32),)),
         Case("64 by 40, random", (normal(64, 40),)),
+        Case("bfloat16 stays bfloat16", (normal(16, 8).astype(jnp.bfloat16),)),
+        Case("float16 stays float16", (normal(12, 6).astype(np.float16),)),
     ]
 
 

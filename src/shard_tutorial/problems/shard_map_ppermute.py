@@ -164,6 +164,8 @@ def _cases() -> list[Case]:
         Case("length 8: one element per device on 8", (np.arange(8, dtype=np.float32),)),
         Case("length 32: a ramp, its edges differ", (np.arange(32, dtype=np.float32),)),
         Case("length 1024, random", (rng.normal(size=1024).astype(np.float32),)),
+        Case("bfloat16 stays bfloat16", (rng.normal(size=24).astype(jnp.bfloat16),)),
+        Case("float16 stays float16, length 20", (rng.normal(size=20).astype(np.float16),)),
     ]
 
 
