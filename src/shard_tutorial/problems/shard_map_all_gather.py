@@ -36,6 +36,11 @@ def shard_map_all_gather(x: jax.Array) -> jax.Array:
     device gathers the blocks of every device to multiply its own rows by the
     whole vector. The mesh is ``data_mesh(n)``.
 
+    ``n`` may be 0: the answer is then the empty (0, 0) array. XLA cannot
+    all-gather blocks with no elements (with jax 0.10 and 0.12 alike, lowering
+    fails: "dimension size of operand at 'all_gather_dim' cannot be zero"), so
+    return the empty answer without the collective, on the mesh like any other.
+
     Args:
       x: 1-D array of numbers, length n >= 0.
 

@@ -45,6 +45,11 @@ def shard_map_all_to_all(x: jax.Array) -> jax.Array:
     ``data_mesh(math.gcd(n, m))``: the most devices, up to all of them, that
     divide both of ``x``'s lengths.
 
+    ``n``, ``m`` or both may be 0: ``x.T`` is then empty. With jax 0.12 an
+    ``all_to_all`` of empty blocks gives it; with jax 0.10 an ``x`` of shape
+    (0, m) gives an array whose shards do not fit its shape (reading it fails).
+    Return the empty answer without the collective, on the mesh (``P("data")``).
+
     Args:
       x: 2-D array of numbers, of shape (n, m).
 
@@ -74,7 +79,7 @@ def shard_map_all_to_all(x: jax.Array) -> jax.Array:
     # The devices split the rows of x and of x.T (its columns): their count divides both.
     mesh = data_mesh_for(x, length=math.gcd(*x.shape))  # Auto axes when traced
     rows = NamedSharding(mesh, P("data"))
-    if x.size == 0:  # XLA cannot exchange empty chunks; the transpose is empty anyway
+    if x.size == 0:  # jax 0.10 cannot exchange empty blocks (0.12 can); x.T is empty anyway
         return place(jnp.zeros(x.shape[::-1], x.dtype), rows)
     x = place(x, rows)  # jax.device_put, fast on CPU devices
     return _transpose(mesh)(x)
