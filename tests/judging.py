@@ -9,14 +9,20 @@ the seconds a worker process takes to start JAX.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import jax
+import numpy as np
 
-from shard_tutorial._check_worker import answer
+from shard_tutorial._check_worker import answer, load_solution
+from shard_tutorial.checker import RANDOM_CASES
 from shard_tutorial.judge import judge
 from shard_tutorial.problem import Case, Problem
+from shard_tutorial.problems import get_problem
+from shard_tutorial.report import CaseResult, CheckReport, DeviceRun
 
 
 def judged(problem: Problem, solution: Callable[..., Any], case: Case) -> tuple[str, str]:
@@ -30,6 +36,43 @@ def judged(problem: Problem, solution: Callable[..., Any], case: Case) -> tuple[
     )
 
 
-def verdicts(problem: Problem, solution: Callable[..., Any], cases: int | None = None) -> dict[str, tuple[str, str]]:
+def verdicts(
+    problem: Problem, solution: Callable[..., Any], cases: int | None = None
+) -> dict[str, tuple[str, str]]:
     """The verdict on each of the problem's cases (the first ``cases`` of them), by label."""
     return {case.label: judged(problem, solution, case) for case in problem.cases[:cases]}
+
+
+def check_here(
+    problem: Problem | str,
+    solution: Callable[..., Any] | str | Path,
+    *,
+    seed: int = 0,
+    few: bool = True,
+) -> CheckReport:
+    """What ``shard_tutorial.check`` reports, for this process' device count only, run here.
+
+    The cases are the problem's own and its random ones from ``seed``, as a check
+    runs them; each is judged by the checker's judge. ``solution`` is a function or
+    the path of a file that defines it (loaded as the checker's worker loads it).
+    For tests of what the checker says about a solution; the checker itself runs a
+    reader's code in processes of its own. With ``few``, only the first three cases
+    and three whose mesh has several devices on 8 (no random ones): a mistake shows
+    on those, in a fraction of the time.
+    """
+    problem = problem if isinstance(problem, Problem) else get_problem(problem)
+    if not callable(solution):
+        solution = load_solution({"kind": "file", "path": str(solution), "function": problem.name})
+    cases = list(problem.cases)
+    if few:
+        split = [c for c in cases[3:] if math.prod(problem.mesh_shape(c, 8)) >= 2]
+        cases = cases[:3] + split[:3]
+    elif problem.generate is not None:
+        rng = np.random.default_rng(seed)
+        cases += [problem.generate(rng) for _ in range(RANDOM_CASES)]
+    results = []
+    for case in cases:
+        status, message = judged(problem, solution, case)
+        results.append(CaseResult(case.label, problem.describe(case), status, message))
+    run = DeviceRun(jax.device_count(), tuple(results))
+    return CheckReport(problem.name, f"{problem.name} (in this process)", (run,), 0.0, seed)

@@ -2,8 +2,9 @@
 reader would, fails with its explanation (each reference's file passes, in
 test_checker.py, as every problem's does).
 
-Each check runs the solution in fresh processes on 1 and 8 fake devices, whatever
-device count this test process has: one check per mistake, to keep the suite quick.
+Each mistake is judged in this process (judging.check_here: the checker's worker step
+and judge, with no subprocess), at the suite's device count, 1 or 8: the checker's
+process isolation is tested elsewhere (test_checker.py, test_checker_careless.py).
 """
 
 from __future__ import annotations
@@ -13,11 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from shard_tutorial import PROBLEMS, check
+from judging import check_here
 
-# Each check runs in worker processes with their own device counts (1 and 8): the
-# suite's --devices cannot change these outcomes, so nox runs them once per Python.
-pytestmark = pytest.mark.subprocesses
+from shard_tutorial import PROBLEMS
 
 PART_II = [name for name, problem in PROBLEMS.items() if problem.folder == "collectives"]
 
@@ -182,29 +181,41 @@ def test_part_ii_has_its_six_problems_in_reading_order():
     ]
 
 
+def flat(text: str) -> str:
+    return " ".join(text.split())  # the report wraps lines
+
+
 @pytest.mark.parametrize("mistake", list(MISTAKES))
-def test_each_classic_mistake_fails_on_8_devices_with_its_explanation(mistake, tmp_path):
+def test_each_classic_mistake_fails_on_8_devices_with_its_explanation(
+    mistake, tmp_path, device_count
+):
     name, body, words, right_on_one_device = MISTAKES[mistake]
     path = tmp_path / f"{name}.py"
     path.write_text(HEADER + textwrap.dedent(body))
-    report = check(name, path)
-    one, eight = report.runs
-    assert not eight.passed
-    assert words in " ".join(str(report).split()), str(report)  # the report wraps lines
-    if right_on_one_device is not None:
-        # Right values, at most without the collective the problem practises:
-        right = all(r.status in ("pass", "technique") for r in one.results)
-        assert right is right_on_one_device, str(report)
+    report = check_here(name, path)
+    (run,) = report.runs
+    if device_count == 1:
+        if right_on_one_device is not None:
+            # Right values, at most without the collective the problem practises:
+            right = all(r.status in ("pass", "technique") for r in run.results)
+            assert right is right_on_one_device, str(report)
+        return
+    assert not run.passed
+    assert words in flat(str(report)), str(report)
 
 
-def test_right_sums_held_whole_by_every_device_are_flagged(tmp_path):
+def test_right_sums_held_whole_by_every_device_are_flagged(tmp_path, device_count):
     path = tmp_path / "shard_map_psum_scatter.py"
     path.write_text(HEADER + REPLICATED_SUMS)
-    report = check("shard_map_psum_scatter", path)
-    one, eight = report.runs
-    assert one.passed  # one device holds everything anyway
-    assert {r.status for r in eight.results} == {"pass", "placement"}
-    assert "every device holds the whole result" in " ".join(str(report).split())
+    report = check_here("shard_map_psum_scatter", path)
+    (run,) = report.runs
+    statuses = {r.status for r in run.results}
+    # Right values everywhere; a psum where psum_scatter is practised, on any device count.
+    assert statuses == {"technique"}, str(report)
+    if device_count == 1:
+        assert "asks for no reduce-scatter (psum_scatter)" in flat(str(report))
+    else:
+        assert "1 all-reduce of" in flat(str(report)), str(report)
 
 
 def test_the_mistakes_are_written_as_files_the_checker_can_load():

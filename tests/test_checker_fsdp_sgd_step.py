@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 
-from shard_tutorial import check
+from judging import check_here
 
-# Each check runs in worker processes with their own device counts (1 and 8): the
-# suite's --devices cannot change these outcomes, so nox runs them once per Python.
-pytestmark = pytest.mark.subprocesses
+# Judged in this process (judging.check_here: the checker's worker step and judge, no
+# subprocess), at the suite's device count, 1 or 8; the checker's isolation of a
+# reader's code is tested in test_checker.py and test_checker_careless.py.
 
 NAME = "fsdp_sgd_step"
 SEED = 13
@@ -98,7 +98,7 @@ MISTAKES = {
 def _run(tmp_path, source: str):
     path = tmp_path / f"{NAME}.py"
     path.write_text(source)
-    return check(NAME, path, seed=SEED)
+    return check_here(NAME, path, seed=SEED)
 
 
 def test_the_right_step_written_as_a_reader_would_passes(tmp_path):
@@ -108,21 +108,29 @@ def test_the_right_step_written_as_a_reader_would_passes(tmp_path):
     assert report.passed, str(report)
 
 
-def test_w_returned_whole_on_every_device_is_a_placement_verdict(tmp_path):
+def test_w_kept_whole_on_every_device_is_data_parallelism_not_fsdp(tmp_path, device_count):
     report = _run(tmp_path, HEADER + REPLICATED_W)
-    one, eight = report.runs
-    assert one.passed, str(report)  # one device holds everything anyway
-    assert {r.status for r in eight.results} == {"pass", "placement"}, str(report)
+    (run,) = report.runs
     text = " ".join(str(report).split())
-    verdict = "w: right values, but every device holds the whole result: out_specs=P() where "
-    assert verdict + 'P("data", None) was asked for (axis 0 split over the devices)' in text
+    # Right values, but w is never gathered (nor its gradient reduce-scattered): the
+    # step is data parallelism's, on any device count (on 1, the traced program shows it).
+    assert {r.status for r in run.results} == {"technique"}, text
+    if device_count == 1:
+        assert "the program this call ran asks for no all-gather (all_gather)" in text
+    else:
+        assert "right values, but no all-gather (all_gather) from the code inside" in text
+        assert "1 all-reduce of" in text  # what it runs instead: data parallelism's
 
 
 @pytest.mark.parametrize("mistake", list(MISTAKES))
-def test_each_classic_mistake_fails_on_8_devices_with_its_explanation(mistake, tmp_path):
+def test_each_classic_mistake_fails_on_8_devices_with_its_explanation(
+    mistake, tmp_path, device_count
+):
     body, words = MISTAKES[mistake]
     report = _run(tmp_path, HEADER + body)
-    one, eight = report.runs
-    assert one.passed, str(report)  # on one device there is nothing to sum twice
-    assert not eight.passed
+    (run,) = report.runs
+    if device_count == 1:
+        assert run.passed, str(report)  # on one device there is nothing to sum twice
+        return
+    assert not run.passed
     assert words in " ".join(str(report).split()), str(report)  # the report wraps lines

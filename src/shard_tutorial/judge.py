@@ -323,9 +323,11 @@ def _judge_technique(
     ):
         names = " or ".join(f"jax.lax.{name}" for name in technique.primitives)
         return "technique", f"right values, but no {names}: {practises}"
-    if wanted <= 1:
-        # One device: XLA drops collectives over one device from the program it compiles,
-        # but the program JAX traced for this call still holds the code's own.
+    group = technique.group(case.args, devices) if technique.group is not None else None
+    if wanted <= 1 or group == 1:
+        # One device (on the mesh, or on the axis the collective spans): XLA drops
+        # collectives over one device from the program it compiles, but the program JAX
+        # traced for this call still holds the code's own.
         traced = set().union(*(set(p.get("primitives", [])) for p in programs))
         for alternatives in technique.collectives:
             names = set().union(*(_PRIMITIVES_OF_KIND.get(kind, set()) for kind in alternatives))
@@ -337,8 +339,7 @@ def _judge_technique(
                     "values alone cannot show it)"
                 )
         return None  # nothing crosses devices to judge, nor to forbid
-    group = technique.group(case.args, devices) if technique.group is not None else None
-    for alternatives in technique.collectives if group != 1 else ():
+    for alternatives in technique.collectives:
         matching = [c for c in explicit if c.kind in alternatives]
         asked = " or ".join(KINDS_IN_WORDS.get(kind, kind) for kind in alternatives)
         if not matching:
