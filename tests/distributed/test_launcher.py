@@ -7,6 +7,7 @@ collectives), and proves through /proc that no process outlives it (``tagged_env
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -48,6 +49,7 @@ def test_the_psum_script_prints_496_once_per_process_and_runs_alone_too(script, 
 
 STEPS_SCRIPT = """\
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -108,6 +110,50 @@ def test_a_failing_process_is_reported_with_its_traceback(script, tagged_env):
     assert result.failure.startswith("process 0 failed (exit status 1)")
     assert "RuntimeError: process 0 gave up" in result.processes[0].output
     assert "  [0] RuntimeError: process 0 gave up" in result.report()
+
+
+EARLY_EXIT_SCRIPT = """\
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+
+import shard_tutorial
+
+shard_tutorial.join_cluster()
+if jax.process_index() == 1:
+    print(f"exits at {time.time()}", flush=True)
+    sys.exit(3)  # before the collective, in which process 0 waits for it
+print(shard_tutorial.shard_map_psum(jnp.arange(32)), flush=True)
+"""
+
+
+@pytest.mark.parametrize("via", ["python", "command"])
+def test_a_process_that_exits_early_stops_the_cluster_within_seconds(script, tagged_env, via):
+    path = script(EARLY_EXIT_SCRIPT)
+    if via == "python":
+        result = launch(path, processes=2, devices_per_process=4, env=tagged_env)
+        ended = time.time()
+        returncode, report = result.returncode, result.report()
+        output = result.processes[1].output
+    else:
+        run = subprocess.run(
+            [sys.executable, "-m", "shard_tutorial", "launch", "--processes", "2",
+             "--devices-per-process", "4", str(path)],
+            capture_output=True, text=True, env={**os.environ, **tagged_env}, timeout=300,
+            check=False,
+        )  # fmt: skip
+        ended = time.time()
+        returncode, report, output = run.returncode, run.stderr, run.stdout
+    exited = float(re.search(r"exits at ([0-9.]+)", output).group(1))
+    # Not gloo's 30 s for process 0's collective, nor the 5 minutes of JAX's exit barrier
+    # for process 1: the launcher's grace (2 s) after process 1 exits, and the stopping.
+    assert ended - exited < 15, report
+    assert returncode == 1
+    assert report.splitlines()[0] == (
+        "process 1 failed (exit status 3); process 0 stopped 2 s later"
+    ), report
 
 
 HANG_SCRIPT = """\
