@@ -80,3 +80,51 @@ def count_compiles() -> Callable[[], contextlib.AbstractContextManager[list[str]
 @pytest.fixture
 def device_count() -> int:
     return jax.device_count()
+
+
+# `python -m shard_tutorial ARGS` as a terminal's Ctrl-C finds it: with Python's own SIGINT
+# handler (Python leaves SIGINT ignored if it started that way, under `nohup` or `&` in a
+# script, as pytest's subprocesses may be). With SHARD_TUTORIAL_TEST_CTRL_C_NATIVE set, it
+# also presses Ctrl-C itself, at the first moment one of jaxlib's native modules, as it
+# initialises, calls Python (nanobind creating an enum class, as JAX is imported): there,
+# a KeyboardInterrupt aborts the whole process ("Critical nanobind error").
+_INTERRUPTIBLE_CLI = """\
+import os, runpy, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
+def initialising(frame):
+    # The native module the importer is creating or executing, if it called this frame.
+    caller = frame.f_back
+    if caller is None or caller.f_code.co_name != "_call_with_frames_removed":
+        return None
+    if frame.f_code.co_name == "<module>" or frame.f_code.co_filename.startswith("<frozen"):
+        return None  # a Python module's code, or the importer's own
+    f, args = caller.f_locals.get("f"), caller.f_locals.get("args") or (None,)
+    if getattr(f, "__name__", None) not in ("create_dynamic", "exec_dynamic"):
+        return None
+    return getattr(args[0], "name", None) or getattr(args[0], "__name__", None)
+
+def press_ctrl_c_in_jaxlib(frame, event, arg):
+    module = initialising(frame) if event == "call" else None
+    if module and module.startswith("jaxlib"):
+        sys.setprofile(None)
+        print(f"Ctrl-C pressed in {frame.f_code.co_qualname}, called by {module}'s init",
+              file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGINT)
+
+if os.environ.get("SHARD_TUTORIAL_TEST_CTRL_C_NATIVE"):
+    sys.setprofile(press_ctrl_c_in_jaxlib)
+sys.argv = ["shard_tutorial", *sys.argv[1:]]
+runpy.run_module("shard_tutorial", run_name="__main__")
+"""
+
+
+@pytest.fixture
+def interruptible_cli() -> Callable[..., list[str]]:
+    """``interruptible_cli(*args)``: the command line of ``python -m shard_tutorial *args``.
+
+    With Python's own Ctrl-C handler, as in a terminal; in an environment with
+    ``SHARD_TUTORIAL_TEST_CTRL_C_NATIVE=1`` it interrupts itself while one of jaxlib's
+    native modules initialises, and says so on standard error ("Ctrl-C pressed in ...").
+    """
+    return lambda *args: [sys.executable, "-c", _INTERRUPTIBLE_CLI, *map(str, args)]

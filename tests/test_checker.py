@@ -282,7 +282,7 @@ def test_a_thread_the_solution_leaves_running_does_not_keep_the_check_waiting(
     assert "RuntimeError: broken on purpose" in report.runs[0].load_error
 
 
-def test_ctrl_c_stops_the_check_and_its_processes(tmp_path):
+def test_ctrl_c_stops_the_check_and_its_processes(tmp_path, interruptible_cli):
     marker = tmp_path / "workers.txt"  # each worker adds its process id when its case starts
     path = solution_file(
         tmp_path,
@@ -300,15 +300,8 @@ def test_ctrl_c_stops_the_check_and_its_processes(tmp_path):
     def workers() -> list[int]:
         return [int(line) for line in marker.read_text().split()] if marker.exists() else []
 
-    # Python leaves SIGINT ignored if it started that way (under `nohup`, or `&` in a
-    # script); a terminal's Ctrl-C is what is tested, so the command gets Python's handler.
-    command = (
-        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-        "sys.argv = ['shard_tutorial', *sys.argv[1:]]; "
-        "runpy.run_module('shard_tutorial', run_name='__main__')"
-    )
     cli = subprocess.Popen(
-        [sys.executable, "-c", command, "check", "shard_map_psum", str(path)],
+        interruptible_cli("check", "shard_map_psum", path),
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -334,32 +327,44 @@ def test_ctrl_c_stops_the_check_and_its_processes(tmp_path):
                 os.kill(worker, signal.SIGKILL)
 
 
-def test_ctrl_c_at_any_moment_stops_the_command(tmp_path):
+# While JAX is imported (a native module of jaxlib initialising, then a few moments
+# into the import), while the check starts its workers, while a case runs.
+CTRL_C_MOMENTS = ["jaxlib-init", 0.2, 0.6, 1.0, 1.5, 4.0]
+
+
+@pytest.mark.parametrize("moment", CTRL_C_MOMENTS)
+def test_ctrl_c_at_any_moment_stops_the_command(tmp_path, interruptible_cli, moment):
     path = solution_file(tmp_path, "def shard_map_psum(x):\n    while True:\n        pass\n")
-    command = (
-        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-        "sys.argv = ['shard_tutorial', *sys.argv[1:]]; "
-        "runpy.run_module('shard_tutorial', run_name='__main__')"
-    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    for delay in (0.2, 0.6, 1.5, 4.0):  # importing JAX, starting workers, running a case
-        cli = subprocess.Popen(
-            [sys.executable, "-c", command, "check", "shard_map_psum", str(path)],
-            cwd=tmp_path,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        try:
-            time.sleep(delay)
+    if moment == "jaxlib-init":
+        env["SHARD_TUTORIAL_TEST_CTRL_C_NATIVE"] = "1"  # the command interrupts itself
+    cli = subprocess.Popen(
+        interruptible_cli("check", "shard_map_psum", path),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        if moment != "jaxlib-init":
+            time.sleep(moment)
             cli.send_signal(signal.SIGINT)
-            _, stderr = cli.communicate(timeout=30)  # not the whole check (2 hangs: 20 s+)
-        finally:
-            cli.kill()
-            cli.wait()
-        # Before main() runs, Python's own handler stops it (-2 here, 130 in a shell).
-        assert cli.returncode in {130, -signal.SIGINT}, (delay, stderr)
+        _, stderr = cli.communicate(timeout=30)  # not the whole check (2 hangs: 20 s+)
+    finally:
+        cli.kill()
+        cli.wait()
+    assert "nanobind" not in stderr
+    if moment == "jaxlib-init":
+        # Held until the import ended (before the fix: "Critical nanobind error", -6).
+        assert "Ctrl-C pressed in " in stderr, stderr
+        assert (cli.returncode, stderr.splitlines()[-1]) == (
+            130,
+            "interrupted: the check was stopped",
+        ), stderr
+    elif cli.returncode != -signal.SIGINT:  # before main(), Python's own handler: -2
+        assert cli.returncode == 130, (moment, stderr)
+        assert stderr.endswith("interrupted: the check was stopped\n"), (moment, stderr)
 
 
 def test_a_file_that_does_not_load_is_reported_not_raised(tmp_path):

@@ -84,3 +84,31 @@ def test_native_output_is_kept_out_of_the_scripts_lines(tmp_path):
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout == "before\n496\nafter\n"
     assert ran.stderr == "a native warning\n"
+
+
+@pytest.mark.subprocesses
+def test_a_launched_script_runs_as_python_would_run_it(tmp_path):
+    (tmp_path / "helper.py").write_text("NAME = 'helper'\n")
+    path = tmp_path / "script.py"
+    path.write_text(
+        "import sys\n"
+        "import helper  # beside the script: sys.path[0] is the script's folder\n"
+        "print(__name__, sys.argv[1:], helper.NAME)\n"
+        "if sys.argv[1] == 'raise':\n"
+        "    raise RuntimeError('gave up')\n"
+        "sys.exit(int(sys.argv[1]))\n"
+    )
+    ok = launch(path, "0", processes=1, devices_per_process=1)
+    assert (ok.returncode, ok.processes[0].output) == (0, "__main__ ['0'] helper\n")
+    exits = launch(path, "3", processes=1, devices_per_process=1)
+    assert exits.failure == "process 0 failed (exit status 3)"
+    assert exits.processes[0].returncode == 3
+    raises = launch(path, "raise", processes=1, devices_per_process=1)
+    assert raises.processes[0].returncode == 1
+    # Python's traceback, from the script's own line: not the lines that ran the script.
+    assert raises.processes[0].output.splitlines()[1:] == [
+        "Traceback (most recent call last):",
+        f'  File "{path}", line 5, in <module>',
+        "    raise RuntimeError('gave up')",
+        "RuntimeError: gave up",
+    ]

@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
+import importlib
 import math
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 
@@ -221,6 +223,11 @@ def _binding(path: Path, name: str) -> str | None:
 
 _interrupted = threading.Event()  # Ctrl-C was pressed during this command
 
+# What the command imports before it reads its arguments: JAX and jaxlib's native
+# modules with them (the checker and the problems import JAX; the launcher imports
+# shard_tutorial.validation, which does too).
+_HEAVY_MODULES = ("shard_tutorial.checker", "shard_tutorial.problems", "shard_tutorial.launcher")
+
 
 def _interrupt(_signum: int, _frame: FrameType | None) -> None:
     """Ctrl-C: stop every check in progress, even if the KeyboardInterrupt gets lost."""
@@ -232,35 +239,77 @@ def _interrupt(_signum: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
+@contextlib.contextmanager
+def _ctrl_c_held() -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) back while the block runs; one pressed meanwhile comes after it.
+
+    A KeyboardInterrupt raised while a native module initialises can abort the whole
+    process: jaxlib's modules are built with nanobind, which calls Python code (to
+    create enum classes, say) while it sets a module up, and ends the process with
+    "Critical nanobind error" (and a core dump) if that code raises. So the signal is
+    blocked for this thread while the block runs: the kernel keeps it pending, and
+    unblocking it at the end delivers it, and Python raises KeyboardInterrupt there,
+    once the imports are whole. Threads started in the block inherit the mask, so they
+    cannot take the signal either.
+
+    Where signals cannot be blocked (Windows), or off the main thread (which never
+    runs Python's handlers), the block runs as it is.
+    """
+    if not hasattr(signal, "pthread_sigmask") or (
+        threading.current_thread() is not threading.main_thread()
+    ):
+        yield
+        return
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a pending Ctrl-C raises here
+
+
+def _interrupted_message(argv: Sequence[str] | None) -> str:
+    command = list(sys.argv[1:] if argv is None else argv)[:1]
+    if command == ["check"]:
+        return "interrupted: the check was stopped"
+    if command == ["launch"]:
+        return "interrupted: every process was stopped"
+    return "interrupted"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; return the exit status (130 after Ctrl-C)."""
+    """Run the command line; return the exit status (130 after Ctrl-C, at any moment)."""
     _interrupted.clear()
     previous = signal.getsignal(signal.SIGINT)
-    if previous is signal.default_int_handler:
-        signal.signal(signal.SIGINT, _interrupt)
+    ours = previous is signal.default_int_handler  # not if SIGINT is ignored (nohup)
     try:
+        with _ctrl_c_held():  # a Ctrl-C during JAX's import is taken after it
+            if ours:
+                signal.signal(signal.SIGINT, _interrupt)
+            for module in _HEAVY_MODULES:
+                importlib.import_module(module)
         return _main(argv)
     except KeyboardInterrupt:
-        print("interrupted: the check was stopped", file=sys.stderr)
+        print(_interrupted_message(argv), file=sys.stderr)
         return 130  # the shell's status for Ctrl-C
     except Exception:
-        # A Ctrl-C that lands while an extension module initialises can come out as
-        # another error: jaxlib's turns the KeyboardInterrupt into an ImportError.
+        # A Ctrl-C that lands while an extension module initialises after the held
+        # imports can come out as another error: jaxlib's turns the KeyboardInterrupt
+        # into an ImportError.
         if not _interrupted.is_set():
             raise
-        print("interrupted: the check was stopped", file=sys.stderr)
+        print(_interrupted_message(argv), file=sys.stderr)
         return 130
     finally:
-        if previous is signal.default_int_handler:
+        if ours:
             signal.signal(signal.SIGINT, previous)
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    from shard_tutorial.checker import INTERRUPTED, check  # noqa: PLC0415 (JAX: after the handler)
+    from shard_tutorial.checker import INTERRUPTED, check  # noqa: PLC0415 (imported by main)
     from shard_tutorial.problems import PROBLEMS, get_problem  # noqa: PLC0415
 
     INTERRUPTED.clear()  # a Ctrl-C of an earlier run in this process is over
-    if _interrupted.is_set():  # pressed while JAX was imported, and swallowed there
+    if _interrupted.is_set():  # pressed during the imports, and swallowed there
         raise KeyboardInterrupt
 
     parser = _parser()

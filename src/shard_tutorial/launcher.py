@@ -16,6 +16,14 @@ the others can print their own error), when the run exceeds ``timeout`` seconds 
 hang: a process waits in a collective that another never reaches), and on Ctrl-C.
 A process that joined the cluster is also killed by Linux if the launcher itself is
 killed.
+
+A script that fails (an uncaught exception, or ``sys.exit`` with a status other
+than 0) counts as failed at once, even though its process may not exit for a while:
+JAX's exit waits at a barrier for every process, and one waiting in a collective for
+the failed process never gets there. Each process runs its script through
+:mod:`shard_tutorial._launched`, which tells the launcher the script's status as it
+ends; the report names that process and status, and the processes still running
+``grace`` seconds later are stopped, the failed one at its barrier included.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TextIO
 
+from shard_tutorial import _launched
 from shard_tutorial.validation import require_count
 
 __all__ = [
@@ -59,6 +68,10 @@ PROCESS_ID = "SHARD_TUTORIAL_PROCESS_ID"
 NUM_PROCESSES = "SHARD_TUTORIAL_NUM_PROCESSES"
 DEVICES_PER_PROCESS = "SHARD_TUTORIAL_DEVICES_PER_PROCESS"
 LAUNCHER_PID = "SHARD_TUTORIAL_LAUNCHER_PID"
+
+# What each process runs: `python _launched.py SCRIPT ARGS` runs SCRIPT as `python SCRIPT
+# ARGS` would, and writes the script's status to a pipe of the launcher if it failed.
+_RUNNER = Path(_launched.__file__)
 
 # gloo (the CPU collectives) prints one such line per device and group of devices, from
 # C++, possibly into the middle of a line Python is printing.
@@ -97,6 +110,9 @@ class ProcessResult:
     Attributes:
       index: the process index (``jax.process_index()`` once it joined).
       returncode: its exit status; negative when a signal ended it (``-9``: killed).
+        When its script failed, the status the script exited with, even if the
+        launcher then stopped the process where JAX's exit held it (waiting for the
+        others at a barrier).
       output: what it printed, standard output and error interleaved, without the
         index prefix and without gloo's connection messages.
       stopped: True if the launcher killed it (another process failed, the run
@@ -170,11 +186,13 @@ def launch(
 ) -> LaunchResult:
     r"""Run ``script`` as a cluster of ``processes`` JAX processes on this machine.
 
-    Each process runs ``python script *args`` with ``devices_per_process`` CPU
-    devices and what it needs to join the others (the coordinator's address on
-    ``127.0.0.1``, its process index, the process count) in its environment; the
-    script joins with :func:`join_cluster`. Together the processes have
-    ``processes * devices_per_process`` devices.
+    Each process runs ``script`` as ``python script *args`` would, with
+    ``devices_per_process`` CPU devices and what it needs to join the others (the
+    coordinator's address on ``127.0.0.1``, its process index, the process count) in
+    its environment; the script joins with :func:`join_cluster`. Together the
+    processes have ``processes * devices_per_process`` devices. When a script
+    fails, its process counts as failed at once, even if JAX's exit then holds it
+    at a barrier that waits for the others.
 
     Args:
       script: the Python file to run in every process.
@@ -252,7 +270,7 @@ def launch(
         "PYTHONUNBUFFERED": "1",  # lines arrive as they are printed
     }
     return _Run(
-        [[python, str(path), *args] for _ in range(processes)],
+        [[python, str(_RUNNER), str(path), *args] for _ in range(processes)],
         [{**base_env, PROCESS_ID: str(index)} for index in range(processes)],
         stream,
     ).wait(timeout, grace)
@@ -394,22 +412,38 @@ class _Run:
         self.events: queue.Queue[tuple[int, str | None]] = queue.Queue()
         self.popens: list[subprocess.Popen[str]] = []
         self.readers: list[threading.Thread] = []
+        # The processes that failed, in order, each noted by a thread as its script
+        # reports its status or as the process exits: the first to fail is the one to
+        # blame, even if another fails a moment later because of it.
+        self.failures: list[int] = []
+        self.reported: dict[int, int] = {}  # the statuses the failed scripts reported
+        self.lock = threading.Lock()
         try:
             for index, (command, env) in enumerate(zip(commands, envs, strict=True)):
-                popen = subprocess.Popen(
-                    command,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    text=True,
-                    errors="replace",
-                    start_new_session=True,  # its own process group, killed as one
-                )
+                status, status_writer = os.pipe()  # for the status of a failed script
+                try:
+                    popen = subprocess.Popen(
+                        command,
+                        env={**env, _launched.STATUS_FD: str(status_writer)},
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT,
+                        text=True,
+                        errors="replace",
+                        start_new_session=True,  # its own process group, killed as one
+                        pass_fds=(status_writer,),
+                    )
+                except BaseException:
+                    os.close(status)
+                    raise
+                finally:
+                    os.close(status_writer)
                 self.popens.append(popen)
                 reader = threading.Thread(target=self._read, args=(index, popen), daemon=True)
                 reader.start()
                 self.readers.append(reader)
+                for watch, source in ((self._read_status, status), (self._note_exit, popen)):
+                    threading.Thread(target=watch, args=(index, source), daemon=True).start()
         except BaseException:
             self._stop_all()
             raise
@@ -430,6 +464,23 @@ class _Run:
             self.events.put((index, pending))
         self.events.put((index, None))
 
+    def _read_status(self, index: int, status: int) -> None:
+        """Note the status the script reports if it fails, as it ends (before its process)."""
+        with os.fdopen(status, "rb") as pipe:
+            line = pipe.readline()  # or nothing, when the process exits
+        with contextlib.suppress(ValueError):
+            self.reported[index] = int(line)
+            self._note_failure(index)
+
+    def _note_exit(self, index: int, popen: subprocess.Popen[str]) -> None:
+        if popen.wait() != 0:
+            self._note_failure(index)
+
+    def _note_failure(self, index: int) -> None:
+        with self.lock:
+            if index not in self.failures:
+                self.failures.append(index)
+
     def wait(self, timeout: float, grace: float) -> LaunchResult:
         start = time.monotonic()
         deadline = start + timeout
@@ -438,13 +489,10 @@ class _Run:
         open_streams = len(self.popens)
         try:
             while True:
-                running = [i for i, p in enumerate(self.popens) if p.poll() is None]
+                # Exit statuses come from the threads that wait for the processes.
+                running = [i for i, p in enumerate(self.popens) if p.returncode is None]
                 if first_failed is None:
-                    failed = [
-                        i
-                        for i, p in enumerate(self.popens)
-                        if p.poll() not in (None, 0) and i not in self.stopped
-                    ]
+                    failed = [i for i in self.failures[:] if i not in self.stopped]
                     if failed:
                         first_failed = failed[0]
                         deadline = min(deadline, time.monotonic() + grace)
@@ -467,10 +515,14 @@ class _Run:
             if popen.stdout is not None:
                 popen.stdout.close()
         self._drain(until=time.monotonic())
+        # A failed script's process that was stopped where JAX's exit held it ended as
+        # its script did.
+        held = self.stopped & self.reported.keys()
+        self.stopped -= held
         results = tuple(
             ProcessResult(
                 index=i,
-                returncode=p.returncode,
+                returncode=self.reported[i] if i in held else p.returncode,
                 output="".join(self.lines[i]),
                 stopped=i in self.stopped,
             )

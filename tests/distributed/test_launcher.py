@@ -7,6 +7,7 @@ collectives), and proves through /proc that no process outlives it (``tagged_env
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -48,6 +49,7 @@ def test_the_psum_script_prints_496_once_per_process_and_runs_alone_too(script, 
 
 STEPS_SCRIPT = """\
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -110,6 +112,50 @@ def test_a_failing_process_is_reported_with_its_traceback(script, tagged_env):
     assert "  [0] RuntimeError: process 0 gave up" in result.report()
 
 
+EARLY_EXIT_SCRIPT = """\
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+
+import shard_tutorial
+
+shard_tutorial.join_cluster()
+if jax.process_index() == 1:
+    print(f"exits at {time.time()}", flush=True)
+    sys.exit(3)  # before the collective, in which process 0 waits for it
+print(shard_tutorial.shard_map_psum(jnp.arange(32)), flush=True)
+"""
+
+
+@pytest.mark.parametrize("via", ["python", "command"])
+def test_a_process_that_exits_early_stops_the_cluster_within_seconds(script, tagged_env, via):
+    path = script(EARLY_EXIT_SCRIPT)
+    if via == "python":
+        result = launch(path, processes=2, devices_per_process=4, env=tagged_env)
+        ended = time.time()
+        returncode, report = result.returncode, result.report()
+        output = result.processes[1].output
+    else:
+        run = subprocess.run(
+            [sys.executable, "-m", "shard_tutorial", "launch", "--processes", "2",
+             "--devices-per-process", "4", str(path)],
+            capture_output=True, text=True, env={**os.environ, **tagged_env}, timeout=300,
+            check=False,
+        )  # fmt: skip
+        ended = time.time()
+        returncode, report, output = run.returncode, run.stderr, run.stdout
+    exited = float(re.search(r"exits at ([0-9.]+)", output).group(1))
+    # Not gloo's 30 s for process 0's collective, nor the 5 minutes of JAX's exit barrier
+    # for process 1: the launcher's grace (2 s) after process 1 exits, and the stopping.
+    assert ended - exited < 15, report
+    assert returncode == 1
+    assert report.splitlines()[0] == (
+        "process 1 failed (exit status 3); process 0 stopped 2 s later"
+    ), report
+
+
 HANG_SCRIPT = """\
 import time
 
@@ -149,18 +195,10 @@ def test_a_hang_in_a_collective_is_stopped_at_the_timeout(script, tagged_env):
     assert "second psum" not in one.output
 
 
-def test_ctrl_c_stops_every_process(script, tagged_env):
+def test_ctrl_c_stops_every_process(script, tagged_env, interruptible_cli):
     path = script(STEPS_SCRIPT.replace("process_index() == 1", "process_index() == 99"))
-    # Python leaves SIGINT ignored if it started that way (under `nohup`, or `&` in a
-    # script); a terminal's Ctrl-C is what is tested, so the command gets Python's handler.
-    command = (
-        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-        "sys.argv = ['shard_tutorial', *sys.argv[1:]]; "
-        "runpy.run_module('shard_tutorial', run_name='__main__')"
-    )
     cli = subprocess.Popen(
-        [sys.executable, "-c", command, "launch", "--processes", "2",
-         "--devices-per-process", "2", str(path)],
+        interruptible_cli("launch", "--processes", "2", "--devices-per-process", "2", path),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, **tagged_env},
     )  # fmt: skip
@@ -177,6 +215,39 @@ def test_ctrl_c_stops_every_process(script, tagged_env):
         cli.kill()
     assert cli.returncode == 130
     assert stderr.endswith("interrupted: every process was stopped\n")
+
+
+# While JAX is imported (a native module of jaxlib initialising, then a moment into the
+# import), while the processes start and join, while they run.
+@pytest.mark.parametrize("moment", ["jaxlib-init", 0.5, 1.5, 3.0, 6.0])
+def test_ctrl_c_at_any_moment_stops_the_launch(script, tagged_env, interruptible_cli, moment):
+    path = script(STEPS_SCRIPT.replace("process_index() == 1", "process_index() == 99"))
+    env = {**os.environ, **tagged_env}
+    if moment == "jaxlib-init":
+        env["SHARD_TUTORIAL_TEST_CTRL_C_NATIVE"] = "1"  # the command interrupts itself
+    cli = subprocess.Popen(
+        interruptible_cli("launch", "--processes", "2", "--devices-per-process", "2", path),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        if moment != "jaxlib-init":
+            time.sleep(moment)
+            cli.send_signal(signal.SIGINT)
+        stdout, stderr = cli.communicate(timeout=60)  # the script runs for a minute or more
+    finally:
+        cli.kill()
+        cli.wait()
+    assert "nanobind" not in stderr
+    if moment == "jaxlib-init":
+        # Held until the import ended (before the fix: "Critical nanobind error", -6),
+        # then taken before any process started.
+        assert "Ctrl-C pressed in " in stderr, stderr
+        assert (cli.returncode, stdout) == (130, ""), stderr
+        assert stderr.endswith("interrupted: every process was stopped\n"), stderr
+    elif cli.returncode != -signal.SIGINT:  # before main(), Python's own handler: -2
+        assert cli.returncode == 130, (moment, stderr)
+        assert stderr.endswith("interrupted: every process was stopped\n"), (moment, stderr)
+    # tagged_env: no process of the launch is left behind.
 
 
 def test_killing_the_launcher_itself_kills_its_processes(script, tagged_env, left_behind):
