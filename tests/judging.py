@@ -9,6 +9,7 @@ the seconds a worker process takes to start JAX.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -76,3 +77,15 @@ def check_here(
         results.append(CaseResult(case.label, problem.describe(case), status, message))
     run = DeviceRun(jax.device_count(), tuple(results))
     return CheckReport(problem.name, f"{problem.name} (in this process)", (run,), 0.0, seed)
+
+
+def pasted_reference(name: str) -> str:
+    """The problem's reference module as a reader would paste it into a file, as ``reference``.
+
+    Source for a solution file that needs a right answer to build on (``return
+    reference(x)`` except in the case it is about): the package's own function would
+    be judged REFERENCE, but code pasted into the reader's file is the reader's.
+    """
+    source = Path(inspect.getfile(get_problem(name).reference)).read_text()
+    source = source.replace("from __future__ import annotations\n", "")
+    return f"{source}\n\nreference = {name}\n\n"

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from judging import pasted_reference
+
 from shard_tutorial import check, checker
 from shard_tutorial.checker import CheckReport
 from shard_tutorial.problem import Placement
@@ -26,7 +28,8 @@ PSUM = get_problem("shard_map_psum")
 SHORT_PSUM = dataclasses.replace(
     PSUM, make_cases=lambda: get_problem("shard_map_psum").cases[:2], generate=None
 )
-REFERENCE = "from shard_tutorial import shard_map_psum as reference\n"
+# A right psum to build on, pasted as a reader would (the package's own is judged REFERENCE).
+REFERENCE = pasted_reference("shard_map_psum")
 
 
 def write(tmp_path: Path, source: str | bytes, name: str = "solution.py") -> Path:
@@ -191,11 +194,11 @@ def test_a_careless_solution_gets_a_clear_verdict(tmp_path, name):
     assert report.seconds < 60
 
 
-def test_a_file_that_re_exports_the_reference_passes_and_the_report_says_so(tmp_path):
+def test_a_file_that_re_exports_the_reference_gets_the_reference_verdict(tmp_path):
     path = write(tmp_path, "from shard_tutorial import shard_map_psum\n", "réponse à x.py")
     report = check(SHORT_PSUM, path, devices=(1,))
-    assert report.passed, str(report)
-    assert "the package's own reference (shard_tutorial.problems.shard_map_psum." in flat(
+    assert statuses(report) == {"reference"}, str(report)
+    assert "computed by the package's own solution (problems/shard_map_psum.py)" in flat(
         str(report)
     )
     assert "réponse à x.py" in report.solution
@@ -274,12 +277,12 @@ def test_x64_turned_on_by_the_file_does_not_change_the_expected_dtype(tmp_path):
         (
             "shard_map_psum",
             "import jax.numpy as jnp\ndef shard_map_psum(x):\n    return jnp.sum(x)\n",
-            "right values, but no shard_map",
+            "right values, computed with jax.numpy or jax.jit, not with jax.shard_map",
         ),
         (
             "shard_map_double",
             "def shard_map_double(x):\n    return x * 2.0\n",
-            "right values, but no shard_map",
+            "right values, computed with jax.numpy or jax.jit, not with jax.shard_map",
         ),
         (
             "shard_map_psum",
@@ -292,7 +295,7 @@ def test_x64_turned_on_by_the_file_does_not_change_the_expected_dtype(tmp_path):
                 return jax.shard_map(jnp.sum, mesh=mesh, in_specs=P("data"), out_specs=P(),
                                      check_vma=False)(x)
             """,
-            "right values, but no cross-device collective where this problem needs one",
+            "right values, but the program this call ran asks for no all-reduce (psum, pmean)",
         ),
     ],
 )
