@@ -62,6 +62,20 @@ def test_text_on_every_fill_has_enough_contrast():
         assert (b + 0.05) / (a + 0.05) >= 4.5, fill  # WCAG AA for normal text
 
 
+def test_no_device_colour_can_be_taken_for_the_combined_one():
+    def luminance(colour: str) -> float:
+        channels = [int(colour[i : i + 2], 16) / 255 for i in (1, 3, 5)]
+        lin = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+        return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+    assert len(set(DEVICE_COLOURS)) == len(DEVICE_COLOURS)
+    for colour in DEVICE_COLOURS:
+        channels = {colour[i : i + 2].lower() for i in (1, 3, 5)}
+        if len(channels) == 1:  # a grey: it must be far darker than COMBINED's near-white
+            ratio = (luminance(COMBINED) + 0.05) / (luminance(colour) + 0.05)
+            assert ratio >= 3, colour
+
+
 def test_the_picture_shows_every_value_and_says_so_in_words(device_count):
     mesh = data_mesh(device_count)
     x = jax.device_put(jnp.arange(device_count), NamedSharding(mesh, P("data")))

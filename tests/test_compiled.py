@@ -9,7 +9,13 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shard_tutorial import data_mesh, place
-from shard_tutorial.compiled import Collective, collectives, parse_collectives
+from shard_tutorial.compiled import (
+    Collective,
+    collectives,
+    group_size,
+    parse_collectives,
+    ring_bytes,
+)
 
 
 def test_a_sharded_sum_compiles_to_one_all_reduce_on_several_devices_and_none_on_one(device_count):
@@ -75,3 +81,54 @@ def test_done_halves_and_other_operations_are_not_counted():
         "%ar = pred[] all-reduce(pred[] %q), replica_groups={}"
     )
     assert parse_collectives(program) == [Collective("all-reduce", "pred[]", 1, "{}")]
+
+
+@pytest.mark.parametrize(
+    ("groups", "size"),
+    [
+        ("mesh['data'=8] {'data'}", 8),  # jax 0.12: by mesh axes
+        ("mesh['data'=2,'model'=4] {'model'}", 4),
+        ("mesh['data'=2,'model'=4] {'data'}", 2),
+        ("mesh['data'=2,'model'=4] {'data','model'}", 8),
+        ("{{0,1,2,3},{4,5,6,7}}", 4),  # older XLA: device ids
+        ("{{0,4},{1,5},{2,6},{3,7}}", 2),
+        ("[2,4]<=[8]", 4),  # an iota
+        ("[4,2]<=[2,4]T(1,0)", 2),
+        ("{}", None),  # every device, count not printed
+        ("all devices", None),
+    ],
+)
+def test_the_group_size_is_read_from_each_text_format(groups, size):
+    assert group_size(Collective("all-reduce", "f32[4]", 16, groups)) == size
+
+
+def test_ring_bytes_follow_the_ring_algorithms():
+    def of(kind: str, nbytes: int, n: int) -> float:
+        return ring_bytes(Collective(kind, "f32[]", nbytes, f"[1,{n}]<=[{n}]"))
+
+    assert of("all-reduce", 6144, 8) == 2 * 7 / 8 * 6144
+    # An all-reduce sends what a reduce-scatter and an all-gather of the same data send.
+    assert of("reduce-scatter", 6144 // 8, 8) + of("all-gather", 6144, 8) == of(
+        "all-reduce", 6144, 8
+    )
+    assert of("all-to-all", 64, 4) == 48
+    assert of("all-reduce", 100, 1) == 0  # a group of one sends nothing
+    permute = Collective("collective-permute", "f32[2]", 8, "{{0,1},{1,0}}")
+    assert ring_bytes(permute) == 8
+    with pytest.raises(ValueError, match="group size"):
+        ring_bytes(Collective("all-reduce", "f32[]", 4, "{}"))
+
+
+def test_a_data_parallel_gradient_sends_what_the_ring_formula_says(device_count):
+    mesh = data_mesh(16)
+    x = place(jnp.ones((16, 3)), NamedSharding(mesh, P("data")))
+    w = place(jnp.ones((3, 2)), NamedSharding(mesh, P()))
+    grad = jax.grad(lambda w, x: jnp.sum(x @ w))
+    found = collectives(grad, w, x)
+    if device_count == 1:
+        assert found == []
+    else:
+        (reduce,) = found
+        assert group_size(reduce) == device_count
+        n = device_count
+        assert ring_bytes(reduce) == 2 * (n - 1) / n * 24

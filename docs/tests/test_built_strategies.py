@@ -121,3 +121,57 @@ def test_the_page_says_the_step_time_is_not_a_speed_up(soup):
     text = " ".join(soup.get_text(" ").split())
     assert "not a speed-up claim" in text
     assert "CPU devices that share this machine" in text
+
+
+def ring(kind: str, nbytes: int, n: int) -> float:
+    """What each device sends for a collective run as a ring (independent of the page's helper)."""
+    return {
+        "all-reduce": 2 * (n - 1) / n * nbytes,
+        "all-gather": (n - 1) / n * nbytes,
+        "reduce-scatter": (n - 1) * nbytes,
+    }[kind]
+
+
+def test_on_the_wire_fsdp_sends_what_dp_sends_and_tp_least(soup):
+    text = "\n".join(div.get_text() for div in soup.select("div.cell_output pre"))
+    totals = {
+        name: float(total.replace(",", ""))
+        for name, total in re.findall(
+            r"^(DP|FSDP|TP) sends ([\d,]+) bytes per device", text, re.MULTILINE
+        )
+    }
+    listed: dict[str, float] = {}
+    strategy = ""
+    for line in text.splitlines():
+        heading = re.match(r"(DP|FSDP|TP) sends ", line)
+        if heading:
+            strategy = heading[1]
+        item = re.match(r"\s+([a-z-]+) of ([\d,]+) bytes among (\d+) devices: ([\d,]+)$", line)
+        if item:
+            kind, nbytes, n, sent = item.groups()
+            expected = ring(kind, int(nbytes.replace(",", "")), int(n))
+            assert float(sent.replace(",", "")) == round(expected)
+            listed[strategy] = listed.get(strategy, 0.0) + expected
+    assert listed == pytest.approx(totals)
+    assert totals == {"DP": 10752, "FSDP": 10752, "TP": 2304}
+    assert "FSDP / DP: 1.00, TP / DP: 0.21" in text
+
+
+def test_gathering_again_in_the_backward_pass_costs_one_and_a_half_times_dp(soup):
+    (cell,) = [
+        cell
+        for cell in soup.select("div.cell")
+        if "def fsdp_regather_step(" in cell.select_one("div.cell_input").get_text()
+    ]
+    text = cell.select_one("div.cell_output").get_text()
+    assert "largest difference from the FSDP step above: 0.0e+00" in text
+    gathers = re.findall(r"^\s+all-gather of ([\d,]+) bytes", text, re.MULTILINE)
+    assert sorted(gathers) == ["2,048", "2,048", "4,096", "4,096"]  # each weight twice
+    assert "sent: 16,128 bytes per device, 1.50 x DP's" in text
+
+
+def test_the_summary_says_what_the_figures_show(soup):
+    text = " ".join(soup.get_text(" ").split())
+    assert "move more data per step" not in text
+    assert "FSDP sends as much as DP for it, or 1.5 times as much" in text
+    assert "grows with the activations" in text

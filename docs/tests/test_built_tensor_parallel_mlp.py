@@ -67,6 +67,8 @@ def test_relu_per_unit_sums_to_the_output():
 def test_no_psum_is_refused_then_wrong_then_right_on_a_model_axis_of_one():
     refused = cell_output("tensor_parallel(no_psum, mesh)")
     assert "check_vma=False" in refused
+    assert "'no_psum'" in refused  # under jit: the reader's function, not JAX's helper
+    assert "_rem_singleton" not in refused
     text = cell_output("wrong = tensor_parallel(no_psum, mesh, check_vma=False)")
     assert labelled(text, "received:") == labelled(text, "units 0-7 only:")
     assert labelled(text, "received:") != labelled(text, "expected:")
@@ -105,3 +107,50 @@ def test_the_checker_explains_the_missing_psum():
     assert "FAILED" in text
     assert "TECHNIQUE" in text  # right values on 1 device and on 8 x 1
     assert "one device's share only" in text
+
+
+def groups_of(line: str) -> str:
+    """The groups of a collective's line, the mesh axes they run along, on any XLA."""
+    groups = line.split(" among ", 1)[1]
+    by_ids = {"{{0,1,2,3},{4,5,6,7}}": "{'model'}", "{{0,4},{1,5},{2,6},{3,7}}": "{'data'}"}
+    return by_ids.get(groups, groups.split("] ", 1)[-1])
+
+
+def test_the_backward_pass_all_reduces_the_gradient_of_x_over_model():
+    casts = cell_output("def local_mlp_only(").strip().splitlines()
+    assert len(casts) == 3
+    assert "f32[8,16]" in casts[0]
+    assert "pvary[axes=('model',)]" in casts[0]  # x, cast over "model"
+    assert all("pvary[axes=('data',)]" in line for line in casts[1:])  # w1, w2
+    text = cell_output("grad_x = jax.jit(jax.grad(loss))")
+    assert labelled(text, "largest difference from one device:")[0] < CLOSE
+    reduces = [line for line in text.splitlines() if line.startswith("all-reduce")]
+    assert [line.split(" (")[0] for line in reduces] == [
+        "all-reduce -> f32[8,3]",  # g: the forward pass's psum
+        "all-reduce -> f32[8,16]",  # f: the backward pass's, the gradient of x
+    ]
+    assert [groups_of(line) for line in reduces] == ["{'model'}", "{'model'}"]
+    prose = " ".join(page().get_text(" ").split())
+    assert "Megatron-LM names f and g" in prose
+
+
+def test_sequence_parallelism_trades_each_all_reduce_for_a_gather_and_a_scatter():
+    text = cell_output("def sequence_parallel_mlp(")
+    assert labelled(text, "largest difference:")[0] < CLOSE
+    assert "rows per device: 2" in text
+    listed = [line.split(" (")[0] for line in text.splitlines() if " -> " in line]
+    assert listed == [
+        "all-gather -> f32[8,16]",
+        "reduce-scatter -> f32[2,3]",
+        "all-gather -> f32[8,3]",
+        "reduce-scatter -> f32[2,16]",
+    ]
+    assert "all-reduce" not in text
+    sent = dict(
+        re.findall(
+            r"^(tensor parallel|sequence parallel): ([\d,]+) bytes",
+            cell_output('("sequence parallel", sp_grad_x, x_rows)'),
+            re.MULTILINE,
+        )
+    )
+    assert sent["tensor parallel"] == sent["sequence parallel"] == "912"

@@ -5,8 +5,8 @@
 cells with the values that device holds: the input above, the output below. A
 cell's colour says where its value came from: the colour of the device it
 started on when a collective *moves* values (``all_gather``, ``ppermute``,
-``all_to_all``), a neutral grey when it *combines* the values of all devices
-(``psum``, ``pmean``, ``psum_scatter``), and the holder's own colour when each
+``all_to_all``), near-white, a colour no device has, when it *combines* the values
+of all devices (``psum``, ``pmean``, ``psum_scatter``), and the holder's own colour when each
 device *computes* its own (``axis_index``).
 
 The pictures are meant to be looked at on any screen: SVG, so they stay sharp
@@ -42,12 +42,14 @@ DEVICE_COLOURS = (
     "#0072B2",  # blue
     "#D55E00",  # vermillion
     "#CC79A7",  # reddish purple
-    "#BBBBBB",  # grey
+    "#000000",  # black
 )
-"""One colour per device (Okabe and Ito's palette, distinct for colour-blind readers)."""
+"""One colour per device (Okabe and Ito's palette, distinct for colour-blind readers).
+
+None is a light grey, so none can be taken for :data:`COMBINED`."""
 
 COMBINED = "#F4F4F4"
-"""The colour of a value combined from every device's (a sum, a mean)."""
+"""The colour of a value combined from every device's (a sum, a mean): near-white."""
 
 LABEL_FILL = "#E6E6E6"
 """The box behind every label, so that text never sits on the page's own background."""
@@ -110,7 +112,8 @@ def cells(before: Sequence[np.ndarray], after: Sequence[np.ndarray], kind: Kind)
       after: each device's values after it, in device order.
       kind: ``"moves"``: an after-value has the colour of the device it started
         on (found by its value, so the values before should be distinct);
-        ``"combines"``: after-values are grey (made from every device's values);
+        ``"combines"``: after-values are near-white, :data:`COMBINED` (made from
+        every device's values);
         ``"computes"``: after-values have their holder's colour.
 
     Returns:

@@ -7,6 +7,8 @@
 type of what each produces, its size in bytes and which devices take part
 (``replica_groups``), so a page can show the communication a sharded program
 compiles to, and a test can assert it, without pasting a parser onto every page.
+:func:`ring_bytes` turns one into the bytes each device sends for it, as ring
+algorithms do.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ __all__ = [
     "num_devices",
     "parse_collectives",
     "program_lines",
+    "ring_bytes",
 ]
 
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
@@ -95,7 +98,7 @@ class Collective:
           >>> Collective("collective-permute", "f32[2]", 8, "{{0,1},{1,0}}").group_size
           2
         """
-        return group_size(self.kind, self.groups)
+        return _group_size(self.kind, self.groups)
 
     def __str__(self) -> str:
         """One line, e.g. ``all-reduce -> f32[8,3] (96 bytes) among {{0,1,2,3}}``."""
@@ -211,26 +214,10 @@ def parse_collectives(program: str) -> list[Collective]:
     return found
 
 
-def group_size(kind: str, groups: str) -> int | None:
-    """How many devices take part together in a collective, from XLA's printed groups.
+def _group_size(kind: str, groups: str) -> int | None:
+    """How many devices take part together, from XLA's printed groups (see :func:`group_size`).
 
-    Args:
-      kind: the HLO operation.
-      groups: its ``replica_groups`` (or ``source_target_pairs``) as XLA prints them.
-
-    Returns:
-      The size of the first group (all groups have the same size), the devices a
-      ``collective-permute``'s pairs name, or None when the text does not say
-      (``{}``: every device, of a count the text alone does not give).
-
-    Examples:
-      >>> from shard_tutorial.compiled import group_size
-      >>> group_size("all-gather", "[1,8]<=[8]"), group_size("all-reduce", "{{0,1,2,3,4,5,6,7}}")
-      (8, 8)
-      >>> group_size("all-reduce", "mesh['data'=2,'model'=4] {'data','model'}")
-      8
-      >>> group_size("collective-permute", "{{0,1},{1,2},{2,3},{3,0}}"), group_size("all-reduce", "{}")
-      (4, None)
+    For a ``collective-permute``, the devices its ``source_target_pairs`` name.
     """
     groups = groups.strip()
     if kind == "collective-permute":
@@ -280,3 +267,75 @@ def _nbytes(dtype: str, dims: str) -> int:
     """Bytes of an HLO array type such as ``f32[4,2]``."""
     bits = _BITS.get(dtype) or int(re.sub(r"\D", "", dtype.split("e", maxsplit=1)[0]) or 8)
     return math.prod(int(d) for d in dims.split(",") if d) * bits // 8
+
+
+
+
+def group_size(collective: Collective) -> int | None:
+    """How many devices take part together in ``collective``, read from its groups.
+
+    Reads each way XLA prints ``replica_groups``: by mesh axes
+    (``mesh['data'=2,'model'=4] {'model'}``: 4), as lists of device ids
+    (``{{0,1,2,3},{4,5,6,7}}``: 4), or as an iota (``[2,4]<=[8]``: 4).
+
+    Returns:
+      The size of one group (they are all the same size), or ``None`` when the
+      text does not say: no groups printed (``{}`` or none: every device), or
+      the ``source_target_pairs`` of a ``collective-permute``.
+
+    Examples:
+      >>> from shard_tutorial.compiled import Collective, group_size
+      >>> group_size(Collective("all-reduce", "f32[8,3]", 96, "mesh['data'=2,'model'=4] {'model'}"))
+      4
+      >>> group_size(Collective("all-reduce", "f32[8,3]", 96, "{{0,4},{1,5},{2,6},{3,7}}"))
+      2
+      >>> group_size(Collective("all-gather", "f32[16]", 64, "[1,8]<=[8]"))
+      8
+    """
+    if collective.kind == "collective-permute":
+        return None
+    return _group_size(collective.kind, collective.groups)
+
+
+def ring_bytes(collective: Collective) -> float:
+    """The bytes each device sends for ``collective`` when it runs as a ring algorithm.
+
+    The usual model of a collective's cost in bandwidth: the ``n`` devices of a
+    group pass pieces round a ring, each sending to the next. With ``S`` the
+    size of the result on each device (:attr:`Collective.nbytes`):
+
+    - all-gather: each device sends the ``n - 1`` blocks it does not start
+      with, ``(n - 1) / n * S``;
+    - reduce-scatter: each device's result is one block of an input ``n``
+      times larger, and it sends ``n - 1`` partial blocks, ``(n - 1) * S``;
+    - all-reduce: a reduce-scatter then an all-gather, ``2 * (n - 1) / n * S``;
+    - all-to-all: each device keeps one of its ``n`` blocks and sends the
+      others, ``(n - 1) / n * S``;
+    - collective-permute: each device sends its operand once, ``S``.
+
+    XLA may pick other algorithms (a tree, or a direct exchange on one host);
+    this is the figure to compare strategies by, not a measurement.
+
+    Raises:
+      ValueError: if the group's size cannot be read from the program's text.
+
+    Examples:
+      >>> from shard_tutorial.compiled import Collective, ring_bytes
+      >>> ring_bytes(Collective("all-reduce", "f32[1536]", 6144, "[1,8]<=[8]"))
+      10752.0
+      >>> ring_bytes(Collective("reduce-scatter", "f32[2,64]", 512, "[1,8]<=[8]"))
+      3584.0
+    """
+    if collective.kind == "collective-permute":
+        return float(collective.nbytes)
+    n = group_size(collective)
+    if n is None:
+        msg = f"the group size of {collective} is not in the program's text"
+        raise ValueError(msg)
+    factor = {
+        "all-gather": (n - 1) / n,
+        "reduce-scatter": float(n - 1),
+        "all-reduce": 2 * (n - 1) / n,
+        "all-to-all": (n - 1) / n,
+    }[collective.kind]
+    return factor * collective.nbytes
