@@ -87,14 +87,15 @@ def test_the_bytes_per_device_of_w_and_its_gradient_are_read_from_the_arrays(sou
     assert "fully sharded 128 bytes 128 bytes" in printed
 
 
-def test_the_checker_passes_the_reference_and_names_the_placement_of_whole_w(soup):
+def test_the_checker_passes_the_reference_and_names_data_parallelism_for_whole_w(soup):
     assert "PASSED: every case on 1 and 8 devices" in cell_output(
-        soup, 'check("fsdp_sgd_step", fsdp_sgd_step)'
+        soup, 'check("fsdp_sgd_step", reference_copy("fsdp_sgd_step"))'
     )
     verdict = cell_output(soup, 'check("fsdp_sgd_step", whole_w_on_every_device)')
-    assert "FAILED (8 devices:" in verdict
-    assert "PLACEMENT" in verdict
-    assert 'out_specs=P() where P("data", None) was asked for' in verdict
+    verdict = " ".join(verdict.split())
+    assert "FAILED (1 device:" in verdict
+    assert "TECHNIQUE" in verdict
+    assert "no all-gather (all_gather) from the code inside jax.shard_map" in verdict
 
 
 def test_the_page_cites_jax_docs(soup):
