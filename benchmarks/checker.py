@@ -3,7 +3,9 @@
 For every problem, a full check on 1 and 8 devices (each in its own processes, at the
 same time) of:
 
-- (a) the reference solution: each worker imports JAX, compiles and runs every case;
+- (a) the reference solution, copied into a file (``reference_copy``: the package's own
+  function gets the REFERENCE verdict): each worker imports JAX, compiles and runs
+  every case, each call recorded and its compiled programs read;
 - (b) a solution that hangs on every case: stopped after two hangs (two timeouts);
 - (c) one that crashes its process on every case: stopped after two crashes in a row;
 - (d) one that allocates memory without bound: stopped at the memory limit.
@@ -24,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from shard_tutorial import PROBLEMS, check
+from shard_tutorial import PROBLEMS, check, reference_copy
 from shard_tutorial.checker import DEFAULT_TIMEOUT, MEMORY_LIMIT
 
 # The bodies of the worst solutions, whatever the problem's signature.
@@ -50,7 +52,8 @@ def main() -> None:
         for name in sys.argv[1:] or list(PROBLEMS):
             problem = PROBLEMS[name]
             parameters = ", ".join(inspect.signature(problem.reference).parameters)
-            reference = check(name, problem.reference)
+            reference = check(name, reference_copy(name, scratch))
+            assert reference.passed, reference
             slowest = max(r.seconds for run in reference.runs for r in run.results)
             times = [reference.seconds, slowest]
             for kind, body in WORST.items():

@@ -62,6 +62,27 @@ def alive(pid: int) -> bool:
 # Each: the file's source, the status every case gets ("load" for a file that does not
 # load), and what the report must say.
 CARELESS = {
+    "a structured array returned": (
+        "import numpy as np\ndef shard_map_psum(x):\n    return np.zeros(3, [('a', 'i4')])\n",
+        "fail",
+        "which is not a dtype of numbers",
+    ),
+    "a float0 array returned": (
+        "import jax, numpy as np\ndef shard_map_psum(x):\n"
+        "    return np.zeros((), jax.dtypes.float0)\n",
+        "fail",
+        "which is not a dtype of numbers",
+    ),
+    "bytes with no end of line flood the checker's channel": (
+        "import os\ndef shard_map_psum(x):\n"
+        "    for fd in range(3, 64):\n"
+        "        try:\n"
+        "            os.write(fd, b'x' * (3 << 20))\n"
+        "        except OSError:\n"
+        "            pass\n",
+        "crash",
+        "something that is not a report on its channel",
+    ),
     "sys.exit in the function": (
         "import sys\ndef shard_map_psum(x):\n    sys.exit(3)\n",
         "error",
@@ -426,6 +447,14 @@ def test_memory_is_capped_and_named(tmp_path):
             ),
         ),
         (
+            "a program in a session of its own",
+            (
+                "import subprocess\n"
+                "child = subprocess.Popen(['sleep', '1000'], start_new_session=True)\n"
+                "pid = child.pid\n"
+            ),
+        ),
+        (
             "a fork that crashes while the worker carries on",
             (
                 "import time\npid = os.fork()\nif pid == 0:\n"
@@ -484,3 +513,30 @@ def test_a_process_that_never_ends_does_not_keep_the_check_waiting(tmp_path):
     assert report.passed, str(report)
     assert report.seconds < 30
     assert not alive(int(pids.read_text()))
+
+
+def test_a_check_has_a_deadline_and_says_so(tmp_path):
+    path = write(
+        tmp_path, REFERENCE + "import time\ndef shard_map_psum(x):\n    time.sleep(1.5)\n"
+        "    return reference(x)\n",
+    )  # fmt: skip
+    report = check("shard_map_psum", path, devices=(1,), deadline=6, seed=0)
+    text = flat(str(report))
+    (run,) = report.runs
+    assert any(r.status == "pass" for r in run.results), text
+    assert any("the check's deadline of 6 s was reached" in r.message for r in run.results), text
+    assert "(deadline 6 s)" in text
+    assert report.seconds < 6 + 15  # the case under way is stopped; JAX's start on a busy machine
+
+
+def test_a_check_leaves_no_file_behind(tmp_path):
+    import tempfile  # noqa: PLC0415
+
+    def ours() -> set[str]:
+        return {p.name for p in Path(tempfile.gettempdir()).glob("shard-tutorial-check-*")}
+
+    before = ours()
+    report = check(SHORT_PSUM, write(tmp_path, REFERENCE + "shard_map_psum = reference\n"),
+                   devices=(1,))  # fmt: skip
+    assert report.passed, str(report)
+    assert ours() <= before

@@ -5,6 +5,7 @@
     python -m shard_tutorial list
     python -m shard_tutorial starter shard_map_psum > shard_map_psum.py
     python -m shard_tutorial check shard_map_psum shard_map_psum.py [--devices 1,8] [--seed N]
+        [--timeout SECONDS] [--deadline SECONDS]
     python -m shard_tutorial check shard_map_psum shard_map_psum.py --processes 2
     python -m shard_tutorial launch --processes 2 --devices-per-process 4 script.py [args]
 
@@ -69,7 +70,11 @@ def _seed(text: str) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from shard_tutorial.checker import DEFAULT_DEVICES, DEFAULT_TIMEOUT  # noqa: PLC0415 (JAX)
+    from shard_tutorial.checker import (  # noqa: PLC0415 (JAX)
+        DEFAULT_DEADLINE,
+        DEFAULT_DEVICES,
+        DEFAULT_TIMEOUT,
+    )
 
     parser = argparse.ArgumentParser(
         prog="python -m shard_tutorial",
@@ -96,6 +101,14 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_TIMEOUT,
         metavar="SECONDS",
         help=f"how long a case may run before it counts as a hang (default: {DEFAULT_TIMEOUT:g})",
+    )
+    checking.add_argument(
+        "--deadline",
+        type=_seconds,
+        default=DEFAULT_DEADLINE,
+        metavar="SECONDS",
+        help="how long the whole check may take; cases not finished by then are reported "
+        f"as not run (default: {DEFAULT_DEADLINE:g})",
     )
     checking.add_argument(
         "--function", help="the function's name in the file (default: the problem's name)"
@@ -360,6 +373,7 @@ def _main(argv: Sequence[str] | None) -> int:
         function=function,
         seed=args.seed,
         processes=args.processes,
+        deadline=args.deadline,
     )
     if _interrupted.is_set():
         raise KeyboardInterrupt
