@@ -14,7 +14,9 @@ import pytest
 
 from shard_tutorial.problem import Case, Problem, precise
 
-sys.path.insert(0, str(Path(__file__).parent))  # judging.py; pytest runs with --import-mode=importlib
+sys.path.insert(
+    0, str(Path(__file__).parent)
+)  # judging.py; pytest runs with --import-mode=importlib
 
 # JAX compiles once per new shape, which can take longer than hypothesis' default
 # per-example deadline on a loaded machine; the suite has no timing assertions.

@@ -26,7 +26,6 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
-
 from judging import pasted_reference
 
 from shard_tutorial import PROBLEMS, check, checker, reference_copy

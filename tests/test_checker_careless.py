@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from judging import pasted_reference
 
 from shard_tutorial import check, checker
@@ -68,18 +67,22 @@ CARELESS = {
         "which is not a dtype of numbers",
     ),
     "a float0 array returned": (
-        "import jax, numpy as np\ndef shard_map_psum(x):\n"
-        "    return np.zeros((), jax.dtypes.float0)\n",
+        (
+            "import jax, numpy as np\ndef shard_map_psum(x):\n"
+            "    return np.zeros((), jax.dtypes.float0)\n"
+        ),
         "fail",
         "which is not a dtype of numbers",
     ),
     "bytes with no end of line flood the checker's channel": (
-        "import os\ndef shard_map_psum(x):\n"
-        "    for fd in range(3, 64):\n"
-        "        try:\n"
-        "            os.write(fd, b'x' * (3 << 20))\n"
-        "        except OSError:\n"
-        "            pass\n",
+        (
+            "import os\ndef shard_map_psum(x):\n"
+            "    for fd in range(3, 64):\n"
+            "        try:\n"
+            "            os.write(fd, b'x' * (3 << 20))\n"
+            "        except OSError:\n"
+            "            pass\n"
+        ),
         "crash",
         "something that is not a report on its channel",
     ),

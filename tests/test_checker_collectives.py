@@ -13,7 +13,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from judging import check_here
 
 from shard_tutorial import PROBLEMS

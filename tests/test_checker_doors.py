@@ -61,7 +61,7 @@ def psum_eager(x):
     total = jax.shard_map(
         lambda b: jax.lax.psum(jnp.sum(b), "data"), mesh=mesh, in_specs=P("data"), out_specs=P()
     )(blocks)
-    print(float(total))  # noqa: T201 (a reader's debugging print)
+    print(float(total))
     return total.block_until_ready()
 
 
@@ -113,9 +113,9 @@ def _average(b):
 
 def ppermute_right(x):
     mesh = data_mesh(len(x))
-    return jax.jit(
-        jax.shard_map(_average, mesh=mesh, in_specs=P("data"), out_specs=P("data"))
-    )(_split(x, mesh))
+    return jax.jit(jax.shard_map(_average, mesh=mesh, in_specs=P("data"), out_specs=P("data")))(
+        _split(x, mesh)
+    )
 
 
 def all_gather_right(x):
@@ -261,9 +261,7 @@ def ppermute_gather_everything(x):
         n = b.shape[0]
         return jax.lax.dynamic_slice_in_dim(average, jax.lax.axis_index("data") * n, n)
 
-    return jax.shard_map(body, mesh=mesh, in_specs=P("data"), out_specs=P("data"))(
-        _split(x, mesh)
-    )
+    return jax.shard_map(body, mesh=mesh, in_specs=P("data"), out_specs=P("data"))(_split(x, mesh))
 
 
 def psum_scatter_all_reduce_then_slice(x):
@@ -275,9 +273,7 @@ def psum_scatter_all_reduce_then_slice(x):
         n = sums.shape[0] // jax.lax.axis_size("data")
         return jax.lax.dynamic_slice_in_dim(sums, jax.lax.axis_index("data") * n, n)
 
-    return jax.shard_map(body, mesh=mesh, in_specs=P("data"), out_specs=P("data"))(
-        _split(x, mesh)
-    )
+    return jax.shard_map(body, mesh=mesh, in_specs=P("data"), out_specs=P("data"))(_split(x, mesh))
 
 
 def all_to_all_gather_transpose_slice(x):
@@ -289,9 +285,7 @@ def all_to_all_gather_transpose_slice(x):
         n = whole.shape[1] // jax.lax.axis_size("data")
         return jax.lax.dynamic_slice_in_dim(whole.T, jax.lax.axis_index("data") * n, n)
 
-    return jax.shard_map(body, mesh=mesh, in_specs=P("data"), out_specs=P("data"))(
-        _split(x, mesh)
-    )
+    return jax.shard_map(body, mesh=mesh, in_specs=P("data"), out_specs=P("data"))(_split(x, mesh))
 
 
 def double_on_one_device(x):

@@ -9,7 +9,6 @@ count this test process has: one check per mistake, with a fixed seed.
 from __future__ import annotations
 
 import pytest
-
 from judging import check_here
 
 # Judged in this process (judging.check_here: the checker's worker step and judge, no

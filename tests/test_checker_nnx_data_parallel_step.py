@@ -12,7 +12,6 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-
 from judging import check_here
 
 # Judged in this process (judging.check_here: the checker's worker step and judge, no

@@ -16,7 +16,7 @@ from shard_tutorial import check
 
 pytestmark = pytest.mark.subprocesses
 
-FORGED = '''
+FORGED = """
 import sys
 
 import jax
@@ -56,7 +56,7 @@ def shard_map_psum(x):
     mesh = data_mesh(len(x))
     total = np.asarray(x).sum(dtype=np.float64).astype(np.asarray(x).dtype)  # on the host
     return jax.device_put(total, NamedSharding(mesh, P()))
-'''
+"""
 
 UNHOOK = """
 from jax._src import pjit

@@ -361,8 +361,10 @@ def answer(
 
     describe, lineage, explain = helpers or (describe_output, describe_lineage, describe_exception)
     if record is None:
-        from shard_tutorial.recording import record  # noqa: PLC0415 (JAX has its devices now)
-    with record() as recording:
+        from shard_tutorial.recording import record as recorder  # noqa: PLC0415 (after JAX)
+    else:
+        recorder = record
+    with recorder() as recording:
         began = time.perf_counter()
         try:
             received = jax.block_until_ready(solution(*args))
@@ -466,8 +468,8 @@ def describe_lineage(
             for made, devices, value in values:
                 if found >= CANDIDATES:
                     break
-                if isinstance(value, jax.Array) and not value.is_fully_addressable:
-                    continue
+                if shards and isinstance(value, jax.Array) and not value.is_fully_addressable:
+                    continue  # a cluster's array, partly on other processes: not read here
                 array = np.asarray(value)
                 if array.dtype.kind not in "biufc" and array.dtype.name != "bfloat16":
                     continue

@@ -79,8 +79,8 @@ def own(output: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
             own(item, part)
             for item, part in zip(output["items"], items(output, payload), strict=True)
         ]
-        items = [{**item, "nbytes": len(data)} for item, data in owned]
-        return {**output, "items": items}, b"".join(data for _, data in owned)
+        described = [{**item, "nbytes": len(data)} for item, data in owned]
+        return {**output, "items": described}, b"".join(data for _, data in owned)
     return output, payload
 
 
@@ -117,7 +117,6 @@ def assemble(first: dict[str, Any], outputs: list[dict[str, Any]], payloads: lis
         msg = "no process holds part of the output"
         raise Disagree(msg)
     return whole.tobytes()
-
 
 
 def array(output: dict[str, Any], payload: bytes) -> np.ndarray:

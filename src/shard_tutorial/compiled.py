@@ -252,10 +252,11 @@ def num_devices(program: str) -> int:
 
 def _operand_types(rest: str) -> int | None:
     """Bytes of the operands of an operation, from the text after its opening parenthesis."""
-    depth, end = 1, 0
-    for end, char in enumerate(rest):
+    depth, end = 1, len(rest)
+    for index, char in enumerate(rest):
         depth += {"(": 1, ")": -1}.get(char, 0)
         if depth == 0:
+            end = index
             break
     arrays = list(_ARRAY.finditer(rest[:end]))
     if not arrays:
@@ -267,8 +268,6 @@ def _nbytes(dtype: str, dims: str) -> int:
     """Bytes of an HLO array type such as ``f32[4,2]``."""
     bits = _BITS.get(dtype) or int(re.sub(r"\D", "", dtype.split("e", maxsplit=1)[0]) or 8)
     return math.prod(int(d) for d in dims.split(",") if d) * bits // 8
-
-
 
 
 def group_size(collective: Collective) -> int | None:

@@ -321,16 +321,20 @@ def _judge_technique(
     if technique.primitives and not any(
         set(technique.primitives) & set(p.get("primitives", [])) for p in programs
     ):
-        names = " or ".join(f"jax.lax.{name}" for name in technique.primitives)
-        return "technique", f"right values, but no {names}: {practises}"
+        wanted_names = " or ".join(f"jax.lax.{name}" for name in technique.primitives)
+        return "technique", f"right values, but no {wanted_names}: {practises}"
     group = technique.group(case.args, devices) if technique.group is not None else None
     if wanted <= 1 or group == 1:
         # One device (on the mesh, or on the axis the collective spans): XLA drops
         # collectives over one device from the program it compiles, but the program JAX
         # traced for this call still holds the code's own.
-        traced = set().union(*(set(p.get("primitives", [])) for p in programs))
+        traced: set[str] = set()
+        for program in programs:
+            traced.update(program.get("primitives", []))
         for alternatives in technique.collectives:
-            names = set().union(*(_PRIMITIVES_OF_KIND.get(kind, set()) for kind in alternatives))
+            names: set[str] = set()
+            for kind in alternatives:
+                names.update(_PRIMITIVES_OF_KIND.get(kind, set()))
             if not names & traced:
                 asked = " or ".join(KINDS_IN_WORDS.get(kind, kind) for kind in alternatives)
                 return "technique", (
@@ -348,13 +352,12 @@ def _judge_technique(
                 f"right values, but no {asked} from the code inside jax.shard_map; the compiled "
                 f"program runs {ran}: {practises}"
             )
-        if group is not None:
-            if not any(c.group_size in {group, None} for c in matching):
-                sizes = sorted({c.group_size or 0 for c in matching})
-                return "technique", (
-                    f"right values, but the {asked} runs over {_devices(sizes[0])}, where the "
-                    f"mesh's {technique.axis!r} axis has {group}: {practises}"
-                )
+        if group is not None and not any(c.group_size in {group, None} for c in matching):
+            sizes = sorted({c.group_size or 0 for c in matching})
+            return "technique", (
+                f"right values, but the {asked} runs over {_devices(sizes[0])}, where the "
+                f"mesh's {technique.axis!r} axis has {group}: {practises}"
+            )
     for rule in technique.forbidden:
         limit = rule.at_least(case.args) if rule.at_least is not None else 0
         over = [c for c in found if c.kind == rule.kind and _moved(c) >= limit]
@@ -432,9 +435,9 @@ def _first_made(
     if want.size == 0 or np.isin(want, (-1, 0, 1)).all():
         return None
     for argument in case.args:
-        if isinstance(argument, np.ndarray) and argument.shape == want.shape:
-            if np.allclose(precise(argument), want, equal_nan=True):
-                return None
+        same_shape = isinstance(argument, np.ndarray) and argument.shape == want.shape
+        if same_shape and np.allclose(precise(argument), want, equal_nan=True):
+            return None
     rtol, atol = problem.tolerance(case, expected.dtype)
     for candidate in candidates:
         values = candidate["values"]

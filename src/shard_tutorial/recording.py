@@ -143,7 +143,8 @@ class Recording:
           (3, 2)
         """
         makers: dict[int, Run | Copy] = {}
-        for event in [*self.runs, *self.copies]:
+        events: list[Run | Copy] = [*self.runs, *self.copies]
+        for event in events:
             for output in event.outputs:
                 makers[id(output)] = event
         given = {id(leaf) for leaf in jax.tree.leaves(arguments)}
@@ -158,12 +159,12 @@ class Recording:
             if key in seen:
                 continue
             seen.add(key)
-            event = makers.get(key)
-            if event is None:
+            maker = makers.get(key)
+            if maker is None:
                 unknown += key not in given
                 continue
-            found[event.order] = event
-            pending.extend(k for k in event.inputs if k is not None)
+            found[maker.order] = maker
+            pending.extend(k for k in maker.inputs if k is not None)
         runs = tuple(e for _, e in sorted(found.items()) if isinstance(e, Run))
         copies = tuple(e for _, e in sorted(found.items()) if isinstance(e, Copy))
         return Lineage(runs, copies, unknown, made_by)
@@ -299,7 +300,10 @@ class _Hooks:
                         Copy(
                             next(recording._counter),
                             tuple(id(x) if a else None for x, a in zip(xs, arrays, strict=True)),
-                            tuple(None if a else np.asarray(x) for x, a in zip(xs, arrays, strict=True)),
+                            tuple(
+                                None if a else np.asarray(x)
+                                for x, a in zip(xs, arrays, strict=True)
+                            ),
                             tuple(outputs),
                         )
                     )

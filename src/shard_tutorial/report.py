@@ -288,12 +288,10 @@ class CheckReport:
         ]
 
 
-
 def _values_right(run: DeviceRun) -> bool:
     """Whether every case of ``run`` gave the right values (its technique aside)."""
     right = {"pass", "technique", "placement", "reference"}
     return run.load_error is None and all(r.status in right for r in run.results)
-
 
 
 def _cases(results: list[CaseResult]) -> str:

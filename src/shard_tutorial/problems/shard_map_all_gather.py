@@ -26,7 +26,7 @@ from shard_tutorial.problem import Case, Placement, Problem, Technique, precise
 from shard_tutorial.problems._blocks import blockwise, device_counts
 from shard_tutorial.validation import check_array
 
-__all__ = ["ALL_GATHER", "PROBLEM", "shard_map_all_gather"]
+__all__ = ["PROBLEM", "shard_map_all_gather"]
 
 
 def shard_map_all_gather(x: jax.Array) -> jax.Array:
@@ -163,7 +163,6 @@ def _cases() -> list[Case]:
         Case("bfloat16 stays bfloat16", (rng.normal(size=24).astype(jnp.bfloat16),)),
         Case("float16 stays float16, length 20", (rng.normal(size=20).astype(np.float16),)),
     ]
-
 
 
 TECHNIQUE = Technique(collectives=(("all-gather",),))

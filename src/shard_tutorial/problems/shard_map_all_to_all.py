@@ -29,7 +29,7 @@ from shard_tutorial.problem import Case, Forbidden, Placement, Problem, Techniqu
 from shard_tutorial.problems._blocks import device_counts
 from shard_tutorial.validation import check_array
 
-__all__ = ["ALL_TO_ALL", "PROBLEM", "shard_map_all_to_all"]
+__all__ = ["PROBLEM", "shard_map_all_to_all"]
 
 
 def shard_map_all_to_all(x: jax.Array) -> jax.Array:
@@ -163,7 +163,6 @@ def _cases() -> list[Case]:
         Case("bfloat16 stays bfloat16", (normal(16, 8).astype(jnp.bfloat16),)),
         Case("float16 stays float16", (normal(12, 6).astype(np.float16),)),
     ]
-
 
 
 def _mesh(args: tuple[Any, ...], devices: int) -> tuple[int, ...]:

@@ -27,7 +27,7 @@ from shard_tutorial.problem import Case, Placement, Problem, Technique, precise
 from shard_tutorial.problems._blocks import blockwise, device_counts
 from shard_tutorial.validation import check_array
 
-__all__ = ["AXIS_INDEX", "PROBLEM", "shard_map_axis_index"]
+__all__ = ["PROBLEM", "shard_map_axis_index"]
 
 
 def shard_map_axis_index(x: jax.Array) -> jax.Array:
@@ -134,7 +134,6 @@ def _cases() -> list[Case]:
         Case("bfloat16 stays bfloat16", (rng.normal(size=24).astype(jnp.bfloat16),)),
         Case("float16 stays float16, length 20", (rng.normal(size=20).astype(np.float16),)),
     ]
-
 
 
 TECHNIQUE = Technique(

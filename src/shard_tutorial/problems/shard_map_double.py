@@ -150,7 +150,13 @@ def _generate(rng: np.random.Generator) -> Case:
 TECHNIQUE = Technique(
     forbidden=tuple(
         Forbidden(kind, "doubling needs no communication: each device doubles its own block")
-        for kind in ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
+        for kind in (
+            "all-reduce",
+            "all-gather",
+            "reduce-scatter",
+            "collective-permute",
+            "all-to-all",
+        )
     ),
 )
 """What a solution must do besides computing the right values (the statement's

@@ -25,7 +25,7 @@ from shard_tutorial.problem import Case, Forbidden, Placement, Problem, Techniqu
 from shard_tutorial.problems._blocks import blockwise, device_counts
 from shard_tutorial.validation import check_array
 
-__all__ = ["PPERMUTE", "PROBLEM", "shard_map_ppermute"]
+__all__ = ["PROBLEM", "shard_map_ppermute"]
 
 
 def shard_map_ppermute(x: jax.Array) -> jax.Array:
@@ -167,7 +167,6 @@ def _cases() -> list[Case]:
         Case("bfloat16 stays bfloat16", (rng.normal(size=24).astype(jnp.bfloat16),)),
         Case("float16 stays float16, length 20", (rng.normal(size=20).astype(np.float16),)),
     ]
-
 
 
 TECHNIQUE = Technique(

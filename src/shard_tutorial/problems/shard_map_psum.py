@@ -164,9 +164,7 @@ def _generate(rng: np.random.Generator) -> Case:
 
 TECHNIQUE = Technique(
     collectives=(("all-reduce",),),
-    forbidden=(
-        Forbidden("all-gather", "gathering x whole onto every device is what psum avoids"),
-    ),
+    forbidden=(Forbidden("all-gather", "gathering x whole onto every device is what psum avoids"),),
 )
 """What a solution must do besides computing the right values (the statement's
 "This problem practises" paragraph says it in words)."""
