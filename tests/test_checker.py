@@ -154,8 +154,9 @@ def test_random_cases_come_from_the_seed_given(tmp_path):
 def test_a_missing_psum_passes_on_1_device_and_is_caught_on_8(tmp_path):
     report = check("shard_map_psum", solution_file(tmp_path, WRONG["psum left out"][1]))
     one, eight = report.runs
-    # Right values on 1 device, but no collective: its own verdict, on every case.
-    assert {r.status for r in one.results} == {"technique"}
+    # Right values on 1 device, but no collective: its own verdict, on every case but the
+    # empty one (a sum of nothing asks for no psum).
+    assert {r.status for r in one.results if not r.arguments.endswith("[0]")} == {"technique"}
     assert not eight.passed
     text = flat(str(report))
     assert "the program this call ran asks for no all-reduce (psum, pmean)" in text
@@ -478,14 +479,22 @@ def test_the_cli_lists_writes_starters_and_checks_with_exit_statuses(tmp_path):
     failing = run_cli("check", "shard_map_psum", str(wrong), "--seed", "3", cwd=tmp_path)
     assert failing.returncode == 1
     cases = len(PROBLEMS["shard_map_psum"].cases) + checker.RANDOM_CASES
-    assert f"FAILED (1 device: {cases} of {cases} cases failed; 8 devices: " in failing.stdout
+    # Every case but the empty one (a sum of nothing asks for no psum) on 1 device.
+    failed = f"FAILED (1 device: {cases - 1} of {cases} cases failed; 8 devices: "
+    assert failed in failing.stdout
     assert "from seed 3; --seed 3" in failing.stdout
 
-    right = solution_file(tmp_path, "from shard_tutorial import *\n", name="right.py")
+    (tmp_path / "copy").mkdir()
+    right = reference_copy("shard_map_psum", tmp_path / "copy")
     passing = run_cli("check", "shard_map_psum", str(right), "--devices", "1", cwd=tmp_path)
     assert passing.returncode == 0, passing.stdout + passing.stderr
     assert "PASSED: every case on 1 device" in passing.stdout
-    assert "the package's own reference" in flat(passing.stdout)
+
+    imported = solution_file(tmp_path, "from shard_tutorial import *\n", name="imported.py")
+    refused = run_cli("check", "shard_map_psum", str(imported), "--devices", "1", cwd=tmp_path)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "REFERENCE" in refused.stdout
+    assert "computed by the package's own solution" in flat(refused.stdout)
 
 
 @pytest.mark.parametrize(
