@@ -476,9 +476,12 @@ def describe_lineage(
                 data = np.ascontiguousarray(array.astype(np.float64)).tobytes()
                 if len(data) > CANDIDATE_BYTES:
                     continue
+                # Made from the call's arguments? (Initial parameters made from a seed
+                # are not: that a step which does not move returns them is no shortcut.)
+                from_arguments = made == "host" or recording.lineage(value, args).arguments > 0
                 candidates.append(
                     {"item": item, "order": event.order, "made": made, "devices": devices,
-                     "shape": list(shape), "nbytes": len(data)}
+                     "shape": list(shape), "nbytes": len(data), "from_arguments": from_arguments}
                 )  # fmt: skip
                 chunks.append(data)
                 found += 1

@@ -440,6 +440,8 @@ def _first_made(
             return None
     rtol, atol = problem.tolerance(case, expected.dtype)
     for candidate in candidates:
+        if candidate.get("from_arguments") is False:
+            continue  # made from no argument (initial parameters): no computation of the answer
         values = candidate["values"]
         if values.shape == want.shape and np.allclose(
             values, want, rtol=max(rtol, 1e-6), atol=atol, equal_nan=True

@@ -94,12 +94,14 @@ class Lineage:
         e.g. ``jax.make_array_from_callback``).
       made_by: for each output array, the event that made it (None: neither a
         program nor a copy made it: it is an argument, or of unknown origin).
+      arguments: how many of the call's argument arrays it depends on.
     """
 
     runs: tuple[Run, ...]
     copies: tuple[Copy, ...]
     unknown: int
     made_by: tuple[Run | Copy | None, ...]
+    arguments: int = 0
 
     def events(self) -> list[Run | Copy]:
         """The programs and copies together, in the order they ran."""
@@ -153,7 +155,7 @@ class Recording:
         pending: list[int] = [id(leaf) for leaf in leaves]
         seen: set[int] = set()
         found: dict[int, Run | Copy] = {}
-        unknown = 0
+        unknown = reached = 0
         while pending:
             key = pending.pop()
             if key in seen:
@@ -162,12 +164,13 @@ class Recording:
             maker = makers.get(key)
             if maker is None:
                 unknown += key not in given
+                reached += key in given
                 continue
             found[maker.order] = maker
             pending.extend(k for k in maker.inputs if k is not None)
         runs = tuple(e for _, e in sorted(found.items()) if isinstance(e, Run))
         copies = tuple(e for _, e in sorted(found.items()) if isinstance(e, Copy))
-        return Lineage(runs, copies, unknown, made_by)
+        return Lineage(runs, copies, unknown, made_by, reached)
 
 
 _ACTIVE = threading.local()
