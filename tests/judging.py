@@ -58,7 +58,7 @@ def check_here(
     the path of a file that defines it (loaded as the checker's worker loads it).
     For tests of what the checker says about a solution; the checker itself runs a
     reader's code in processes of its own. With ``few``, only the first three cases
-    and three whose mesh has several devices on 8 (no random ones): a mistake shows
+    and five whose mesh has several devices on 8 (no random ones): a mistake shows
     on those, in a fraction of the time.
     """
     problem = problem if isinstance(problem, Problem) else get_problem(problem)
@@ -67,7 +67,7 @@ def check_here(
     cases = list(problem.cases)
     if few:
         split = [c for c in cases[3:] if math.prod(problem.mesh_shape(c, 8)) >= 2]
-        cases = cases[:3] + split[:3]
+        cases = cases[:3] + split[:5]
     elif problem.generate is not None:
         rng = np.random.default_rng(seed)
         cases += [problem.generate(rng) for _ in range(RANDOM_CASES)]
