@@ -63,6 +63,7 @@ extensions = [
     "reference_source",
     "starter_files",
     "execution_cache",
+    "output_streams",
 ]
 
 exclude_patterns = ["_build", "jupyter_execute", "tests", "**.ipynb_checkpoints"]
@@ -87,7 +88,9 @@ nb_execution_raise_on_error = True  # a cell error fails the build...
 nb_execution_show_tb = True  # ...and the log shows the traceback
 nb_output_stderr = "warn"  # anything a cell writes to stderr is a warning, so an error
 # Each print stays next to the diagram drawn after it (True would gather a cell's
-# printed text into one block above all of its diagrams).
+# printed text into one block above all of its diagrams, and put a newline after every
+# chunk, so a line printed in two chunks would still show as two). output_streams
+# (docs/_ext) merges only consecutive chunks of one stream, text kept exactly.
 nb_merge_streams = False
 nb_render_markdown_format = "myst"  # Markdown outputs may hold tables
 # Tracebacks keep IPython's colours. (The default "ipythontb" lexer fails on the backticks
