@@ -64,6 +64,7 @@ extensions = [
     "starter_files",
     "execution_cache",
     "output_streams",
+    "page_provenance",
 ]
 
 exclude_patterns = ["_build", "jupyter_execute", "tests", "**.ipynb_checkpoints"]
@@ -181,6 +182,8 @@ html_theme_options = {
     "home_page_in_toc": True,
     "show_navbar_depth": 1,
     "show_toc_level": 2,
+    # When each page's outputs were produced, and with which JAX and Flax (page_provenance).
+    "article_footer_items": ["page-provenance.html"],
 }
 # The theme's colour scheme starts from the reader's system setting. (Left unset, the
 # theme's script logs "Got invalid theme mode" on every page.)
