@@ -45,6 +45,13 @@ os.environ["IPYTHONDIR"] = str(_ipython_dir)
 
 _pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
 REPOSITORY_URL = _pyproject["project"]["urls"]["Source"]
+# Where the site is published: the downloaded notebooks link to its pages
+# (notebook_download). Read the Docs says where this build will be; elsewhere, its
+# default version.
+SITE_URL = os.environ.get(
+    "READTHEDOCS_CANONICAL_URL", _pyproject["project"]["urls"]["Homepage"] + "/en/latest/"
+)
+notebook_site_url = SITE_URL
 
 project = "shard_tutorial"
 author = "the shard_tutorial developers"
