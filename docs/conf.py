@@ -45,6 +45,13 @@ os.environ["IPYTHONDIR"] = str(_ipython_dir)
 
 _pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
 REPOSITORY_URL = _pyproject["project"]["urls"]["Source"]
+# Where the site is published: the downloaded notebooks link to its pages
+# (notebook_download). Read the Docs says where this build will be; elsewhere, its
+# default version.
+SITE_URL = os.environ.get(
+    "READTHEDOCS_CANONICAL_URL", _pyproject["project"]["urls"]["Homepage"] + "/en/latest/"
+)
+notebook_site_url = SITE_URL
 
 project = "shard_tutorial"
 author = "the shard_tutorial developers"
@@ -63,6 +70,8 @@ extensions = [
     "reference_source",
     "starter_files",
     "execution_cache",
+    "output_streams",
+    "page_provenance",
 ]
 
 exclude_patterns = ["_build", "jupyter_execute", "tests", "**.ipynb_checkpoints"]
@@ -87,7 +96,9 @@ nb_execution_raise_on_error = True  # a cell error fails the build...
 nb_execution_show_tb = True  # ...and the log shows the traceback
 nb_output_stderr = "warn"  # anything a cell writes to stderr is a warning, so an error
 # Each print stays next to the diagram drawn after it (True would gather a cell's
-# printed text into one block above all of its diagrams).
+# printed text into one block above all of its diagrams, and put a newline after every
+# chunk, so a line printed in two chunks would still show as two). output_streams
+# (docs/_ext) merges only consecutive chunks of one stream, text kept exactly.
 nb_merge_streams = False
 nb_render_markdown_format = "myst"  # Markdown outputs may hold tables
 # Tracebacks keep IPython's colours. (The default "ipythontb" lexer fails on the backticks
@@ -178,6 +189,8 @@ html_theme_options = {
     "home_page_in_toc": True,
     "show_navbar_depth": 1,
     "show_toc_level": 2,
+    # When each page's outputs were produced, and with which JAX and Flax (page_provenance).
+    "article_footer_items": ["page-provenance.html"],
 }
 # The theme's colour scheme starts from the reader's system setting. (Left unset, the
 # theme's script logs "Got invalid theme mode" on every page.)

@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import copy
 import dataclasses
+import datetime as dt
 import hashlib
 import importlib.metadata
 import json
@@ -335,6 +336,7 @@ class Execution:
     seconds: float
     units: dict[str, str] | None
     error: str | None = None
+    finished: float = dataclasses.field(default_factory=time.time)  # when it ended (epoch)
 
 
 async def _execute(page: Page, code: CodeIndex, options: dict[str, Any]) -> Execution:
@@ -437,6 +439,10 @@ def _with_outputs(source: nbformat.NotebookNode, executed: nbformat.NotebookNode
     return merged
 
 
+def _utc(epoch: float) -> str:
+    return dt.datetime.fromtimestamp(epoch, dt.UTC).isoformat(timespec="seconds")
+
+
 # -- Sphinx -----------------------------------------------------------------------------------
 
 
@@ -512,6 +518,7 @@ def refresh_outputs(
             "environment": current,
             "units": UNKNOWN_UNITS if done.units is None else done.units,
             "seconds": round(done.seconds, 3),
+            "executed": _utc(done.finished),
             "cache_pk": record.pk,
         }
     manifest.unread |= stale.keys()
@@ -544,6 +551,30 @@ def refresh_outputs(
             raise ExtensionError(message)
         LOGGER.warning(message, type="mystnb", subtype="exec", location=failed.page.docname)
     return sorted(stale.keys() | manifest.unread)
+
+
+def execution_record(app: Sphinx, docname: str) -> dict[str, Any] | None:
+    """When page ``docname``'s cached outputs were produced, and in what environment.
+
+    ``{"executed": <ISO 8601 time, UTC>, "environment": {...}}`` (the environment as
+    :func:`environment` describes it), or None if the page has no cached execution.
+    Pages executed before the manifest recorded the time get their cache record's
+    creation time.
+    """
+    if app.config.nb_execution_mode != "cache":
+        return None
+    directory = cache_directory(app)
+    record = Manifest(directory).pages.get(docname)
+    if record is None:
+        return None
+    executed = record.get("executed")
+    if executed is None:
+        try:
+            created = get_cache(directory).get_cache_record(record["cache_pk"]).created
+        except (KeyError, ValueError):
+            return None
+        executed = created.replace(tzinfo=dt.UTC).isoformat(timespec="seconds")
+    return {"executed": executed, "environment": record["environment"]}
 
 
 def mark_read(app: Sphinx, exception: Exception | None) -> None:

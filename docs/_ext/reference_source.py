@@ -48,6 +48,9 @@ class ReferenceSource(SphinxDirective):
             msg = f"reference-source: {error}"
             raise self.error(msg) from None
         block = nodes.literal_block(code, code, language="python")
+        # In the downloaded notebook, a code cell (notebook_markdown.py).
+        block["notebook"] = "code"
+        block["notebook_directive"] = "reference-source"
         self.set_source_info(block)
         return [block]
 

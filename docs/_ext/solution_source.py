@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import sys
+import textwrap
 from pathlib import Path
 
 Definition = ast.FunctionDef | ast.AsyncFunctionDef
@@ -75,6 +76,19 @@ def solution_source(path: Path, function: str, exported: frozenset[str] | None =
         exported = _exported_names(path)
     imports = _imports_used(tree, used, exported)
     return imports + "\n\n\n" + "\n\n\n".join(blocks)
+
+
+def imports_for(path: Path, code: str) -> str:
+    """The import lines of module ``path`` that ``code``, an excerpt of it, uses.
+
+    The same lines :func:`solution_source` puts before a solution (names the package
+    exports are imported from it); for the excerpts ``literalinclude`` shows.
+
+    Raises:
+      ValueError: if the excerpt uses a name imported from a private module.
+    """
+    used = {n.id for n in ast.walk(ast.parse(textwrap.dedent(code))) if isinstance(n, ast.Name)}
+    return _imports_used(ast.parse(path.read_text()), used, _exported_names(path))
 
 
 def _imports_used(tree: ast.Module, used: set[str], exported: frozenset[str]) -> str:

@@ -65,6 +65,11 @@ class StarterCode(SphinxDirective):
         if not path.is_file() or path.read_text() != code:
             path.write_text(code)
         block = nodes.literal_block(code, code, language="python")
+        # In the downloaded notebook, a cell that writes the file (notebook_markdown.py),
+        # so the notebook needs no link to download it.
+        block["notebook"] = "writefile"
+        block["notebook_file"] = f"{problem.name}.py"
+        block["notebook_directive"] = "starter-code"
         self.set_source_info(block)
         depth = self.env.docname.count("/")
         link = nodes.reference(
@@ -72,6 +77,7 @@ class StarterCode(SphinxDirective):
         )
         link["classes"].append("starter-download")
         download = nodes.paragraph("", "", nodes.Text("Download it: "), link)
+        download["notebook"] = "skip"
         return [download, block]
 
 
