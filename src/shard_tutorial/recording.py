@@ -14,8 +14,10 @@ its answer, from the very call that produced the values it judges, and how a pag
 can show what an eager, op-by-op computation ran.
 
 JAX runs an already-compiled ``jit`` program from C++ without returning to
-Python; while recording, that fast path is turned off, so every program JAX runs
-passes through the recorder, at a small cost per call.
+Python; when a recording starts, every program is taken off that fast path, and
+none is put back on it while the recording lasts, so every program JAX runs passes
+through the recorder, at a small cost per call. Outside recordings JAX behaves as
+it always does.
 """
 
 from __future__ import annotations
@@ -196,6 +198,7 @@ def record() -> Iterator[Recording]:
       ([1], True)
     """
     hooks = _Hooks.install()
+    hooks.leave_fast_path()
     recording = Recording()
     previous = getattr(_ACTIVE, "recording", None)
     _ACTIVE.recording = recording
@@ -312,17 +315,33 @@ class _Hooks:
                     )
             return outputs
 
-        def no_fast_path(*args: Any, **kwargs: Any) -> None:
-            del args, kwargs  # every call comes back to Python, so it is recorded
+        fast_path_data = pjit._get_fastpath_data
+
+        def no_fast_path(*args: Any, **kwargs: Any) -> Any:
+            # While recording, no call is put on the C++ fast path, so every call comes
+            # back to Python, where it is recorded; outside, JAX's own behaviour.
+            if _current() is not None:
+                return None
+            return fast_path_data(*args, **kwargs)
 
         self.run_and_record, self.put_and_record = run_and_record, put_and_record
         self.no_fast_path = no_fast_path
         pjit._pjit_call_impl_python = run_and_record
         pjit._get_fastpath_data = no_fast_path
         dispatch._batched_device_put_impl = put_and_record
-        # Programs already on the fast path (called before the hooks were in) would
-        # still run from C++, unseen: drop JAX's caches, so every call comes back here.
-        jax.clear_caches()
+
+    def leave_fast_path(self) -> None:
+        """Take every program off JAX's C++ fast path, so its next call comes back here.
+
+        A program called outside a recording may be on the fast path, where C++ runs
+        it without returning to Python: unseen. Only the fast path's entries are
+        dropped, not what JAX compiled, so the next call costs a lookup, not a compile.
+        """
+        from jax._src.lib import _jax  # noqa: PLC0415 (JAX's internals, as above)
+
+        self.pjit._cpp_pjit_cache_fun_only.clear()
+        self.pjit._cpp_pjit_cache_explicit_attributes.clear()
+        _jax.PjitFunctionCache.clear_all()
 
     @classmethod
     def install(cls) -> _Hooks:
