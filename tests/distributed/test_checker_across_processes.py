@@ -12,7 +12,9 @@ import sys
 
 import pytest
 
-from shard_tutorial import PROBLEMS, check
+from judging import pasted_reference
+
+from shard_tutorial import PROBLEMS, check, reference_copy
 from shard_tutorial.launcher import COORDINATOR
 
 pytestmark = [pytest.mark.subprocesses, pytest.mark.distributed]
@@ -38,13 +40,12 @@ def shard_map_double(x):
     return double(x)
 """
 
-# Right on every case, but process 1 never finishes the first one (length 2).
-HANGS_ON_PROCESS_1 = """\
+# Right on every case (a pasted copy of the reference: the package's own is judged
+# REFERENCE), but process 1 never finishes the first one (length 2).
+HANGS_ON_PROCESS_1 = pasted_reference("shard_map_double") + """\
 import time
 
 import jax
-
-from shard_tutorial import shard_map_double as reference
 
 
 def shard_map_double(x):
@@ -64,9 +65,10 @@ def tagged(monkeypatch, tagged_env):
 
 @pytest.mark.usefixtures("tagged")
 @pytest.mark.parametrize("name", list(PROBLEMS))
-def test_every_reference_passes_on_a_cluster(name):
+def test_every_reference_passes_on_a_cluster(name, tmp_path):
     problem = PROBLEMS[name]
-    report = check(problem, problem.reference, devices=(8,), processes=2, seed=11)
+    solution = reference_copy(problem, tmp_path)  # the package's own is judged REFERENCE
+    report = check(problem, solution, devices=(8,), processes=2, seed=11)
     assert [run.name for run in report.runs] == [CLUSTER]
     assert report.passed, str(report)
     run = report.runs[0]
