@@ -11,7 +11,6 @@ import subprocess
 import sys
 
 import pytest
-
 from judging import pasted_reference
 
 from shard_tutorial import PROBLEMS, check, reference_copy
