@@ -28,9 +28,13 @@ from shard_tutorial.report import CaseResult, CheckReport, DeviceRun
 
 def judged(problem: Problem, solution: Callable[..., Any], case: Case) -> tuple[str, str]:
     """The checker's verdict on ``solution`` for ``case`` at this process' device count."""
-    event, data = answer(solution, problem.arranged(case))
+    args = problem.arranged(case)
+    limits = problem.budget.limits(args) if problem.budget is not None else {}
+    event, data = answer(solution, args)
     if event["event"] == "raised":
         return "error", event["message"]
+    if limits:  # as the worker adds them
+        event["how"]["limits"] = limits
     cut = len(data) - event["how_nbytes"]
     return judge(
         problem, case, event["output"], data[:cut], jax.device_count(), event["how"], data[cut:]

@@ -436,6 +436,7 @@ def describe_lineage(
                 "shard_map": "shard_map" in run.primitives,
                 "primitives": sorted(run.primitives),
                 "files": sorted(run.files),
+                "memory": dict(run.memory),
                 "text": "\n".join(lines)[:TEXT_LIMIT],
             }
         )
@@ -564,6 +565,12 @@ def main() -> int:
     if request.get("arrange"):  # the problem lays its inputs out, e.g. a weight split
         arrange = _resolve(request["arrange"])
         cases = [arrange(args) for args in cases]
+    # A problem's budgets for each case, worked out before the solution's file runs (they
+    # may compile programs of the package's, e.g. another strategy's step to compare with).
+    limits: list[dict[str, float]] = [{} for _ in cases]
+    if request.get("limits"):
+        budget = _resolve(request["limits"])
+        limits = [dict(budget(args)) for args in cases]
     # Bound now, before the solution's file runs: what the loop calls, the recorder and
     # its hooks in JAX (installed now), so that the file cannot swap them (and if it
     # replaces the hooks in JAX, the recording says so).
@@ -589,6 +596,8 @@ def main() -> int:
     for index in range(request["start"], len(cases)):
         emit(event="start", case=index)
         event, payload = run_case(solution, cases[index], shards=cluster is not None)
+        if limits[index] and isinstance(event.get("how"), dict):
+            event["how"]["limits"] = limits[index]
         emit(payload, case=index, **event)
     emit(event="done")
     return 0

@@ -495,6 +495,7 @@ class _Check:
             "fd": fd,
             "cluster": cluster,
             "arrange": _qualified(self.problem.arrange),
+            "limits": _qualified(self.problem.budget.limits if self.problem.budget else None),
             "parent": os.getpid(),  # the worker dies with the checker, even by SIGKILL
         }
         env = {

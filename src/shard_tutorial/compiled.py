@@ -296,7 +296,7 @@ def group_size(collective: Collective) -> int | None:
     return _group_size(collective.kind, collective.groups)
 
 
-def ring_bytes(collective: Collective) -> float:
+def ring_bytes(collective: Collective, devices: int | None = None) -> float:
     """The bytes each device sends for ``collective`` when it runs as a ring algorithm.
 
     The usual model of a collective's cost in bandwidth: the ``n`` devices of a
@@ -315,8 +315,13 @@ def ring_bytes(collective: Collective) -> float:
     XLA may pick other algorithms (a tree, or a direct exchange on one host);
     this is the figure to compare strategies by, not a measurement.
 
+    Args:
+      collective: the collective.
+      devices: the group's size when the program's text does not print groups
+        (then every device of the program takes part): its device count.
+
     Raises:
-      ValueError: if the group's size cannot be read from the program's text.
+      ValueError: if the group's size is neither in the program's text nor given.
 
     Examples:
       >>> from shard_tutorial.compiled import Collective, ring_bytes
@@ -327,7 +332,7 @@ def ring_bytes(collective: Collective) -> float:
     """
     if collective.kind == "collective-permute":
         return float(collective.nbytes)
-    n = group_size(collective)
+    n = group_size(collective) or devices
     if n is None:
         msg = f"the group size of {collective} is not in the program's text"
         raise ValueError(msg)

@@ -15,7 +15,9 @@ answer. In order:
 4. how: with ``jax.shard_map``, and the collectives the problem practises
    (:class:`~shard_tutorial.problem.Technique`), from code inside ``shard_map``,
    over more than one device, and none of those it forbids;
-5. layout: split over the devices as the contract says
+5. cost: within the problem's budget of bytes sent and held per device
+   (:class:`~shard_tutorial.problem.Budget`);
+6. layout: split over the devices as the contract says
    (:class:`~shard_tutorial.problem.Placement`).
 """
 
@@ -31,8 +33,8 @@ import jax
 import numpy as np
 
 from shard_tutorial.assembly import Disagree, array, combine, items, own
-from shard_tutorial.compiled import Collective, parse_collectives
-from shard_tutorial.problem import KINDS_IN_WORDS, Case, Problem, Technique, precise
+from shard_tutorial.compiled import Collective, parse_collectives, ring_bytes
+from shard_tutorial.problem import KINDS_IN_WORDS, Budget, Case, Problem, Technique, precise
 
 __all__ = ["judge", "judge_cluster"]
 
@@ -119,7 +121,7 @@ def judge(
 
     Returns:
       ``("pass", "")``, or a status (``"fail"``, ``"technique"``, ``"placement"``,
-      ``"reference"``) and one or more sentences.
+      ``"reference"``, ``"budget"``) and one or more sentences.
 
     Examples:
       >>> import jax.numpy as jnp
@@ -287,7 +289,40 @@ def _judge_how(
         return None
     latest = max((m for m in made_at if m is not None), default=None)
     considered = [p for p in programs if latest is None or int(p["order"]) <= latest]
-    return _judge_technique(technique, case, devices, wanted, considered, practises)
+    verdict = _judge_technique(technique, case, devices, wanted, considered, practises)
+    if verdict is None and problem.budget is not None and how.get("limits"):
+        verdict = _judge_budget(problem.budget, how["limits"], considered)
+    return verdict
+
+
+def _judge_budget(
+    budget: Budget, limits: dict[str, float], programs: list[dict[str, Any]]
+) -> tuple[str, str] | None:
+    """The verdict on what the programs an answer came from send and hold, per device."""
+    if "sent" in limits:
+        found, sent = [], 0.0
+        for program in programs:
+            devices = int(program.get("devices", 1))
+            for collective in parse_collectives(str(program.get("text", ""))):
+                if (collective.group_size or devices) > 1:
+                    found.append(collective)
+                    sent += ring_bytes(collective, devices)
+        if sent > float(limits["sent"]) * (1 + 1e-9):
+            return "budget", (
+                f"right values, but each device sends {sent:,.0f} bytes ({_listed(found)}, "
+                f"counted as ring algorithms send them), where this problem allows "
+                f"{float(limits['sent']):,.0f}: {budget.why}"
+            )
+    if "peak" in limits:
+        peaks = [int(p.get("memory", {}).get("peak", 0)) for p in programs]
+        peak = max(peaks, default=0)
+        if peak > float(limits["peak"]):
+            return "budget", (
+                f"right values, but one device holds {peak:,} bytes at its peak (XLA's memory "
+                f"analysis of the compiled program), where this problem allows "
+                f"{float(limits['peak']):,.0f}: {budget.why}"
+            )
+    return None
 
 
 def _judge_technique(

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
+    "Budget",
     "Case",
     "Forbidden",
     "Placement",
@@ -125,6 +126,37 @@ class Technique:
         default=None, repr=False
     )
     axis: str = "data"
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """What one device may spend on a case, judged once the values and the technique are right.
+
+    Both figures are read from the programs XLA compiled for the very call that made
+    the answer (those the answer depends on), as the technique is:
+
+    - ``sent``: the bytes each device sends, summed over the collectives of those
+      programs (over more than one device), each counted as its ring algorithm sends
+      it (:func:`shard_tutorial.compiled.ring_bytes`);
+    - ``peak``: the most bytes one device holds at once within any one of those
+      programs, from XLA's memory analysis (arguments, outputs and temporaries).
+
+    Attributes:
+      limits: given a case's arguments as the contract lays them out (on the
+        worker's devices), the most allowed: ``{"sent": bytes, "peak": bytes}``,
+        a key left out for no limit. It runs in the checker's worker before the
+        solution's file loads, and may compile the package's programs (another
+        strategy's step, to compare with).
+      why: what the budget teaches; it ends the verdict's message.
+
+    Examples:
+      >>> from shard_tutorial.problems import get_problem
+      >>> print(get_problem("shard_map_psum_scatter").budget.why)
+      a reduce-scatter of the column sums sends d - 1 blocks of n / d sums from each of the d devices; reducing anything bigger (every row, or every sum onto every device) sends more
+    """
+
+    limits: Callable[[tuple[Any, ...]], dict[str, float]] = dataclasses.field(repr=False)
+    why: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -265,6 +297,8 @@ class Problem:
         (e.g. a weight already split over the devices), before the solution is
         called, in the checker's workers and the tests; None: as they are
         (``jax.Array`` on the default device).
+      budget: the bytes a device may send and hold for a case (see
+        :class:`Budget`); None: no budget.
     """
 
     name: str
@@ -299,6 +333,7 @@ class Problem:
     arrange: Callable[[tuple[Any, ...]], tuple[Any, ...]] | None = dataclasses.field(
         default=None, repr=False
     )
+    budget: Budget | None = dataclasses.field(default=None, repr=False)
 
     @functools.cached_property
     def cases(self) -> tuple[Case, ...]:

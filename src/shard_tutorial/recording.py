@@ -54,6 +54,10 @@ class Run:
       outputs: the arrays it returned.
       files: the Python files whose lines made its operations (each operation's
         innermost frame outside JAX).
+      memory: what XLA's memory analysis of the compiled program says one device
+        holds, in bytes: ``argument``, ``output``, ``temp`` (temporaries),
+        ``alias`` (outputs that reuse an argument's buffer) and ``peak`` (the
+        most held at once); empty when the backend does not say.
     """
 
     order: int
@@ -64,6 +68,7 @@ class Run:
     host: tuple[Any, ...]
     outputs: tuple[Any, ...]
     files: frozenset[str] = frozenset()
+    memory: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -235,6 +240,22 @@ def _primitives(jaxpr: Any) -> tuple[frozenset[str], frozenset[str]]:
     return frozenset(found), frozenset(files)
 
 
+def _memory(compiled: Any) -> dict[str, int]:
+    """XLA's memory analysis of a compiled program, per device (what ``memory_analysis()`` reads)."""
+    try:
+        stats = compiled.xla_extension_executable().get_compiled_memory_stats()
+    except Exception:  # noqa: BLE001 (a backend without the analysis: nothing to read)
+        return {}
+    fields = {
+        "argument": "argument_size_in_bytes",
+        "output": "output_size_in_bytes",
+        "temp": "temp_size_in_bytes",
+        "alias": "alias_size_in_bytes",
+        "peak": "peak_memory_in_bytes",
+    }
+    return {key: int(getattr(stats, name, 0) or 0) for key, name in fields.items()}
+
+
 def _device_count(text: str) -> int:
     partitions = _PARTITIONS.search(text)
     replicas = _REPLICAS.search(text)
@@ -263,8 +284,11 @@ class _Hooks:
         self.call_impl: Callable[..., Any] = pjit._pjit_call_impl_python
         self.put_impl: Callable[..., Any] = dispatch._batched_device_put_impl
         hooks = self
-        # What was read of each compiled program once: (program, text, primitives, files).
-        self.programs: dict[int, tuple[Any, str, frozenset[str], frozenset[str]]] = {}
+        # What was read of each compiled program once:
+        # (program, text, memory, primitives, files).
+        self.programs: dict[
+            int, tuple[Any, str, dict[str, int], frozenset[str], frozenset[str]]
+        ] = {}
 
         def run_and_record(*args: Any, jaxpr: Any, **params: Any) -> Any:
             result = hooks.call_impl(*args, jaxpr=jaxpr, **params)
@@ -277,9 +301,9 @@ class _Hooks:
                         text = str(compiled.as_text())
                     except Exception:  # noqa: BLE001 (a backend without text: nothing to read)
                         text = ""
-                    known = (compiled, text, *_primitives(jaxpr))
+                    known = (compiled, text, _memory(compiled), *_primitives(jaxpr))
                     hooks.programs[id(compiled)] = known
-                _, text, primitives, files = known
+                _, text, memory, primitives, files = known
                 arrays = [isinstance(a, jax.Array) for a in args]
                 with _LOCK:
                     recording.runs.append(
@@ -292,6 +316,7 @@ class _Hooks:
                             tuple(None if k else a for a, k in zip(args, arrays, strict=True)),
                             tuple(out_flat),
                             files,
+                            memory,
                         )
                     )
             return result

@@ -31,6 +31,7 @@ SYMBOLS = {
     "technique": "TECHNIQUE",
     "placement": "PLACEMENT",
     "reference": "REFERENCE",
+    "budget": "BUDGET",
     "not run": "-",
 }
 
@@ -46,7 +47,9 @@ class CaseResult:
         ``"timeout"``, ``"crash"`` (the process died), ``"memory"`` (more than
         :data:`MEMORY_LIMIT`), ``"technique"`` (right values without the technique
         the problem practises), ``"placement"`` (right values, laid out over the
-        devices otherwise than asked) or ``"not run"``.
+        devices otherwise than asked), ``"reference"`` (right values from the
+        package's own solution), ``"budget"`` (right values, sending or holding
+        more bytes per device than the problem allows) or ``"not run"``.
       message: what went wrong; empty when the case passed.
       seconds: how long the case took, compilation included.
     """
@@ -290,7 +293,7 @@ class CheckReport:
 
 def _values_right(run: DeviceRun) -> bool:
     """Whether every case of ``run`` gave the right values (its technique aside)."""
-    right = {"pass", "technique", "placement", "reference"}
+    right = {"pass", "technique", "placement", "reference", "budget"}
     return run.load_error is None and all(r.status in right for r in run.results)
 
 

@@ -41,7 +41,9 @@ def shard_map_double(x):
 
 # Right on every case (a pasted copy of the reference: the package's own is judged
 # REFERENCE), but process 1 never finishes the first one (length 2).
-HANGS_ON_PROCESS_1 = pasted_reference("shard_map_double") + """\
+HANGS_ON_PROCESS_1 = (
+    pasted_reference("shard_map_double")
+    + """\
 import time
 
 import jax
@@ -52,6 +54,7 @@ def shard_map_double(x):
         time.sleep(1000)
     return reference(x)
 """
+)
 
 
 @pytest.fixture

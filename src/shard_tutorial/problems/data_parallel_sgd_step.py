@@ -16,7 +16,6 @@ the gradients) sums twice and takes a step 8 or 64 times too long on 8 devices.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -110,7 +109,7 @@ def _local_step(
 
 
 @functools.cache
-def _sgd_step(mesh: Mesh) -> Callable[..., tuple[jax.Array, jax.Array]]:
+def _sgd_step(mesh: Mesh) -> jax.stages.Wrapped:
     """Build, once per mesh, the compiled data-parallel step."""
     return jax.jit(
         jax.shard_map(

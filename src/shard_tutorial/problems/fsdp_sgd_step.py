@@ -31,7 +31,7 @@ from shard_tutorial.linear_regression import (
     unsharded_step,
 )
 from shard_tutorial.meshes import data_mesh, data_mesh_for, place, usable_device_count
-from shard_tutorial.problem import Case, Forbidden, Placement, Problem, Technique, precise
+from shard_tutorial.problem import Budget, Case, Forbidden, Placement, Problem, Technique, precise
 from shard_tutorial.problems._blocks import device_counts
 
 __all__ = ["PROBLEM", "fsdp_sgd_step"]
@@ -54,7 +54,10 @@ def fsdp_sgd_step(
     ``jax.shard_map``: ``w`` stays split over ``"data"`` between steps, is
     gathered inside the step (an all-gather), and its gradient is
     reduce-scattered, so each device keeps the block of the new ``w`` it holds;
-    ``w``'s gradient is never all-reduced whole.
+    ``w``'s gradient is never all-reduced whole. On a mesh of several devices,
+    each must hold less at its peak than the data-parallel step on the same
+    mesh does (the checker's budget, read from XLA's memory analysis of the
+    compiled programs).
 
     Args:
       w: weights, shape (d_in, d_out), floating-point; any layout is accepted.
@@ -271,6 +274,45 @@ TECHNIQUE = Technique(
 "This problem practises" paragraph says it in words)."""
 
 
+def _limits(args: tuple[Any, ...]) -> dict[str, float]:
+    """Less than the data-parallel step's peak per device, on the same mesh, same shapes.
+
+    The data-parallel step (:func:`~shard_tutorial.data_parallel_sgd_step`'s
+    program, on this case's mesh: the batch split alike, ``w`` whole on every
+    device) is compiled here from the arguments' shapes alone, and XLA's memory
+    analysis of it gives its peak: FSDP exists to hold less than that. On one
+    device the two are the same program, and nothing is asked.
+    """
+    from shard_tutorial.problems import data_parallel_sgd_step as dp  # noqa: PLC0415 (a sibling)
+
+    if _shared_devices(args, jax.device_count()) <= 1:
+        return {}
+    w, b, x, y, lr = args
+    mesh = data_mesh(math.gcd(x.shape[0], w.shape[0]))
+
+    def shaped(array: Any, spec: P) -> jax.ShapeDtypeStruct:
+        return jax.ShapeDtypeStruct(
+            np.shape(array), array.dtype, sharding=NamedSharding(mesh, spec)
+        )
+
+    whole, rows = P(), P("data")  # data parallelism: w and b whole on every device
+    program = dp._sgd_step(mesh).lower(
+        shaped(w, whole), shaped(b, whole), shaped(x, rows), shaped(y, rows), lr
+    )
+    memory = program.compile().memory_analysis()  # None where a backend cannot say
+    peak = int(getattr(memory, "peak_memory_in_bytes", 0) or 0)
+    return {"peak": peak - 1} if peak > 0 else {}
+
+
+BUDGET = Budget(
+    _limits,
+    "FSDP exists to hold less per device than data parallelism, whose devices each keep "
+    "all of w: keep w split between steps, let only the step's gather see it whole, and "
+    "gather nothing else",
+)
+"""What a solution may hold per device: less than the data-parallel step does."""
+
+
 PROBLEM = Problem(
     name="fsdp_sgd_step",
     title="Fully-sharded SGD",
@@ -301,4 +343,5 @@ PROBLEM = Problem(
     folder="training",
     outputs=("w", "b"),
     arrange=_arrange,
+    budget=BUDGET,
 )

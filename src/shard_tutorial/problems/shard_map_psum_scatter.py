@@ -23,7 +23,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shard_tutorial.meshes import data_mesh_for, place, usable_device_count
-from shard_tutorial.problem import Case, Forbidden, Placement, Problem, Technique, precise
+from shard_tutorial.problem import Budget, Case, Forbidden, Placement, Problem, Technique, precise
 from shard_tutorial.problems._blocks import device_counts
 from shard_tutorial.validation import check_array
 
@@ -41,7 +41,10 @@ def shard_map_psum_scatter(x: jax.Array) -> jax.Array:
     each device sums its own rows, and one reduce-scatter adds the partial sums
     and leaves each device only its block of the total. The mesh is
     ``data_mesh(math.gcd(B, n))``: the most devices, up to all of them, that
-    divide both the batch and the number of columns.
+    divide both the batch and the number of columns. With ``d`` devices, each
+    may send at most what that one reduce-scatter sends in a ring: ``d - 1``
+    blocks of ``n / d`` sums (the checker's budget, read from the compiled
+    program).
 
     Args:
       x: 2-D array of numbers, of shape (B, n) with B >= 1 and n >= 1.
@@ -176,6 +179,29 @@ TECHNIQUE = Technique(
 "This problem practises" paragraph says it in words)."""
 
 
+def _limits(args: tuple[Any, ...]) -> dict[str, float]:
+    """At most one reduce-scatter's bytes: each of d devices sends d - 1 blocks of n / d sums.
+
+    Examples:
+      >>> import jax, numpy as np
+      >>> _limits((np.ones((32, 16), np.float32),))["sent"] == (jax.device_count() - 1) * 2 * 4
+      True
+    """
+    x = args[0]
+    n = usable_device_count(math.gcd(*np.shape(x)), jax.device_count())
+    columns = np.shape(x)[1]
+    return {"sent": (n - 1) * (columns // n) * np.dtype(x.dtype).itemsize}
+
+
+BUDGET = Budget(
+    _limits,
+    "a reduce-scatter of the column sums sends d - 1 blocks of n / d sums from each of "
+    "the d devices; reducing anything bigger (every row, or every sum onto every device) "
+    "sends more",
+)
+"""What a solution may send per device: one reduce-scatter of the column sums."""
+
+
 PROBLEM = Problem(
     name="shard_map_psum_scatter",
     title="shard_map with psum_scatter",
@@ -190,4 +216,5 @@ PROBLEM = Problem(
     technique=TECHNIQUE,
     mesh=_mesh,
     placement=Placement(axis=0),
+    budget=BUDGET,
 )
