@@ -33,6 +33,9 @@ WORKERS = ["--numprocesses", "2"]
 # The code cells of the pages: errors, imports, bugbear, pyupgrade; lines are the
 # formatter's business (80 columns, to fit the page).
 PAGE_RULES = "E,F,I,B,UP --ignore E402,E501"
+# Where .ci/run asks for each pytest run's JUnit report (its test times), to total the
+# CI time each problem costs; unset, nothing is written.
+TIMINGS = os.environ.get("SHARD_TUTORIAL_TIMINGS")
 
 
 def _expose_pyenv_pythons() -> None:
@@ -54,6 +57,13 @@ def _expose_pyenv_pythons() -> None:
 
 
 _expose_pyenv_pythons()
+
+
+def _timed(session: nox.Session, label: str) -> list[str]:
+    """The arguments that make pytest write its JUnit report for .ci/run, if it asked."""
+    if not TIMINGS:
+        return []
+    return [f"--junitxml={Path(TIMINGS) / f'{session.name}-{label}.xml'}"]
 
 
 def _install(session: nox.Session, *groups: str) -> None:
@@ -79,12 +89,14 @@ def tests(session: nox.Session) -> None:
     codes = [0, 5] if session.posargs else [0]
     for count in DEVICE_COUNTS:
         session.run(
-            "pytest", f"--devices={count}", "-m", "not subprocesses", *WORKERS, *session.posargs,
+            "pytest", f"--devices={count}", "-m", "not subprocesses", *WORKERS,
+            *_timed(session, f"devices{count}"), *session.posargs,
             success_codes=codes,
         )  # fmt: skip
     # The multi-process tests have their own session, `distributed`.
     session.run(
-        "pytest", "-m", "subprocesses and not distributed", *session.posargs, success_codes=codes
+        "pytest", "-m", "subprocesses and not distributed", *_timed(session, "subprocesses"),
+        *session.posargs, success_codes=codes,
     )  # fmt: skip
 
 
@@ -93,14 +105,17 @@ def distributed(session: nox.Session) -> None:
     """Run the multi-process tests: scripts launched as 2-process JAX clusters (gloo)."""
     _install(session, "test")
     # The processes of each launch already use both cores: no xdist here.
-    session.run("pytest", "-m", "distributed", *session.posargs)
+    session.run("pytest", "-m", "distributed", *_timed(session, "all"), *session.posargs)
 
 
 @nox.session(python=DOCS_PYTHON)
 def doctests(session: nox.Session) -> None:
     """Run every docstring example of the package on 8 fake CPU devices."""
     _install(session, "test")
-    session.run("pytest", "--devices=8", "--doctest-modules", "src", *session.posargs)
+    session.run(
+        "pytest", "--devices=8", "--doctest-modules", "src", *_timed(session, "all"),
+        *session.posargs,
+    )  # fmt: skip
 
 
 @nox.session(python=DOCS_PYTHON)
@@ -117,7 +132,9 @@ def docs(session: nox.Session) -> None:
         )  # fmt: skip
         return
     _build_site(session, *session.posargs)
-    session.run("pytest", "docs/tests", "--ignore=docs/tests/browser", *WORKERS)
+    session.run(
+        "pytest", "docs/tests", "--ignore=docs/tests/browser", *WORKERS, *_timed(session, "all")
+    )  # fmt: skip
 
 
 @nox.session(python=DOCS_PYTHON)
