@@ -7,6 +7,7 @@ nothing is downloaded when the tests run.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections import Counter
 from collections.abc import Iterable
 from typing import Any
@@ -109,3 +110,40 @@ def count_by_rule(violations: Iterable[Violation]) -> list[str]:
         f"{rule} ({impact}): {count} elements on {len(pages[rule, impact])} pages"
         for (rule, impact), count in elements.most_common()
     ]
+
+
+RECORD = "axe-core finding: "
+"""How a finding is kept among the run's figures until the end-of-run summary totals them."""
+
+
+def recorded(violations: Iterable[Violation]) -> list[str]:
+    """Each finding as one line of the run's figures (read back by :func:`summary`)."""
+    return [RECORD + json.dumps(dataclasses.asdict(v)) for v in violations]
+
+
+def summary(lines: Iterable[str]) -> list[str]:
+    """The lines of the run's figures, with the recorded findings totalled by mode and rule.
+
+    Serious and critical violations fail their test where they are found; here each
+    mode gets its totals by rule, the moderate and minor violations one by one, and
+    what axe-core could not decide (for a person to look at).
+    """
+    lines = list(lines)
+    found = [
+        Violation(**json.loads(line[len(RECORD) :])) for line in lines if line.startswith(RECORD)
+    ]
+    rest = [line for line in lines if not line.startswith(RECORD)]
+    if not found and not any(line.startswith(RECORD) for line in lines):
+        return rest
+    totals = []
+    for mode in MODES:
+        here = [v for v in found if v.mode == mode]
+        violations = [v for v in here if not v.needs_review]
+        totals.append(f"axe-core, {mode} mode, violations by rule:")
+        totals.extend(f"  {line}" for line in count_by_rule(violations) or ["none"])
+        totals.extend(f"  {v}" for v in violations if v.impact not in FAILING_IMPACTS)
+        totals.append(f"axe-core, {mode} mode, undecided (for a person to look at):")
+        totals.extend(
+            f"  {line}" for line in count_by_rule(v for v in here if v.needs_review) or ["none"]
+        )
+    return totals + rest

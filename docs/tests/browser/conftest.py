@@ -8,21 +8,54 @@ to any other host are blocked, since they cannot succeed offline, and not counte
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
 
 sys.path.insert(0, str(Path(__file__).parent))
+from auditing import summary
 from browsing import CHROMIUM_FLAGS, FIGURES, SITE, Visit, serve, watch  # this folder
+
+# The figures the tests measure are printed at the end of the run. Under pytest-xdist
+# each worker measures its own: it leaves them in a folder the controller made, and
+# the controller prints them all.
+_FIGURES_FOLDER = pytest.StashKey[Path]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the controller, or a run without xdist
+        config.stash[_FIGURES_FOLDER] = Path(tempfile.mkdtemp(prefix="browser-figures-"))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:  # pytest-xdist's hook: a worker starts
+    node.workerinput["figures_folder"] = str(node.config.stash[_FIGURES_FOLDER])
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    worker = getattr(session.config, "workerinput", None)
+    if worker is not None and FIGURES:
+        folder = Path(worker["figures_folder"])
+        (folder / f"{worker['workerid']}.txt").write_text("\n".join(FIGURES))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if FIGURES:
+    lines = list(FIGURES)
+    folder = terminalreporter.config.stash.get(_FIGURES_FOLDER, None)
+    if folder is not None:
+        for part in sorted(folder.glob("*.txt")):
+            lines += part.read_text().splitlines()
+        shutil.rmtree(folder, ignore_errors=True)
+    lines = summary(lines)  # axe-core's findings on every page, totalled
+    if lines:
         terminalreporter.section("measured in the browser")
-        for line in FIGURES:
+        for line in lines:
             terminalreporter.write_line(line)
 
 
