@@ -31,6 +31,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "DATA_AXIS": "shard_tutorial.meshes",
     "PROBLEMS": "shard_tutorial.problems",
+    "axis_mesh": "shard_tutorial.meshes",
     "check": "shard_tutorial.checker",
     "data_mesh": "shard_tutorial.meshes",
     "data_mesh_for": "shard_tutorial.meshes",
@@ -66,6 +67,7 @@ __all__ = [
     "DATA_AXIS",
     "MODEL_AXIS",
     "PROBLEMS",
+    "axis_mesh",
     "check",
     "data_mesh",
     "data_mesh_for",
@@ -116,6 +118,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from shard_tutorial.meshes import (
         DATA_AXIS,
         MODEL_AXIS,
+        axis_mesh,
         data_mesh,
         data_mesh_for,
         data_model_mesh,

@@ -37,6 +37,7 @@ _PARTS = {
     "problems": "Part I: shard_map and its first collective",
     "collectives": "Part II: communication between devices",
     "training": "Part III: training across devices",
+    "parallelism": "Part V: the parallelisms of large models",
 }
 
 

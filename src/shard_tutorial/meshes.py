@@ -30,6 +30,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 __all__ = [
     "DATA_AXIS",
     "MODEL_AXIS",
+    "axis_mesh",
     "data_mesh",
     "data_mesh_for",
     "data_model_mesh",
@@ -105,6 +106,40 @@ def data_mesh(length: int) -> Mesh:
     return _mesh_of(usable_device_count(length))
 
 
+def axis_mesh(axis: str, length: int, *, traced: bool = False) -> Mesh:
+    """A 1-D mesh with one axis called ``axis`` that splits a length of ``length`` evenly.
+
+    :func:`data_mesh` under another axis name: the first
+    :func:`usable_device_count` devices, the most (up to all of them) that divide
+    ``length``. Part V's problems name their axis after what it splits
+    (``"model"``, ``"expert"``, ``"stage"``, ``"seq"``). Like
+    :func:`data_model_mesh`, a function being traced (``traced=True``) gets Auto
+    axes, so the mesh stays out of its caller's types; otherwise the axis is
+    Explicit. Built once per name, size and axis type.
+
+    Args:
+      axis: the mesh axis' name.
+      length: the length the device count must divide (for several split
+        dimensions, their ``math.gcd``), at least 0.
+      traced: whether the caller is inside ``jax.jit``, ``jax.grad``...
+
+    Returns:
+      A :class:`jax.sharding.Mesh` with the one axis ``axis``.
+
+    Examples:
+      On 8 devices:
+
+      >>> from shard_tutorial import axis_mesh, data_mesh
+      >>> mesh = axis_mesh("expert", 12)
+      >>> dict(mesh.shape), [t.name for t in mesh.axis_types]
+      ({'expert': 6}, ['Explicit'])
+      >>> axis_mesh("data", 16) is data_mesh(16)
+      True
+    """
+    size = usable_device_count(length)
+    return _mesh_of(size, AxisType.Auto if traced else AxisType.Explicit, axis)
+
+
 def data_mesh_for(x: jax.Array, *operands: object, length: int | None = None) -> Mesh:
     """The mesh to split ``x``'s axis 0 over: :func:`data_mesh`, or its Auto twin when traced.
 
@@ -168,10 +203,12 @@ def _has_explicit_mesh(x: jax.Array) -> bool:
 
 
 @functools.cache
-def _mesh_of(num_devices: int, axis_type: AxisType = AxisType.Explicit) -> Mesh:
+def _mesh_of(
+    num_devices: int, axis_type: AxisType = AxisType.Explicit, axis: str = DATA_AXIS
+) -> Mesh:
     return jax.make_mesh(
         (num_devices,),
-        (DATA_AXIS,),
+        (axis,),
         axis_types=(axis_type,),
         devices=jax.devices()[:num_devices],
     )

@@ -288,7 +288,8 @@ class Problem:
         :attr:`outputs`, one entry (or None) per output.
       folder: the folder of the documentation its page is in: ``"problems"``
         (Part I), ``"collectives"`` (Part II, communication between devices) or
-        ``"training"`` (Part III, training across devices).
+        ``"training"`` (Part III, training across devices) or ``"parallelism"``
+        (Part V, the parallelisms of large models).
       outputs: the names of the outputs when the function returns a tuple of
         arrays, e.g. ``("w", "b")``; empty when it returns one array. The oracle
         and :attr:`unsharded` then return tuples too, and every output is judged
