@@ -410,7 +410,7 @@ def describe_lineage(
       "made_by": [...], "candidates": [...]}``: the programs the output depends on
       (each with its ``order``, ``devices``, whether it ran ``shard_map``, the
       Python ``files`` its operations came from and the lines of its compiled
-      text that hold collectives), the copies to the devices it depends on, what
+      text that hold collectives or calls back into Python), the copies to the devices it depends on, what
       made each output array, and arrays of the lineage shaped like an output
       (host data, other programs' results) whose values the judge compares
       with the answer, to find where it was first computed.
@@ -427,7 +427,9 @@ def describe_lineage(
         lines = [
             line
             for line in run.text.splitlines()
-            if line.startswith("HloModule") or any(f" {kind}" in line for kind in KINDS)
+            if line.startswith("HloModule")
+            or any(f" {kind}" in line for kind in KINDS)
+            or ("custom-call(" in line and "callback" in line)  # a call back into Python
         ]
         programs.append(
             {

@@ -28,6 +28,7 @@ __all__ = [
     "collectives",
     "compiled_text",
     "group_size",
+    "host_callbacks",
     "num_devices",
     "parse_collectives",
     "program_lines",
@@ -52,7 +53,12 @@ _OP_NAME = re.compile(r'op_name="([^"]*)"')
 # (jax 0.10 and 0.12); XLA's partitioner names the operation it carries out instead.
 _EXPLICIT = re.compile(r"(^|/)shard_map/")
 _MESH_GROUPS = re.compile(r"mesh\[(?P<mesh>[^\]]*)\]\s*\{(?P<axes>[^}]*)\}")
-_COMMENT = re.compile(r"/\*.*?\*/")  # XLA numbers long tuples: (f32[2], ... /*index=5*/f32[])
+_COMMENT = re.compile(r"/\*.*?\*/")
+# A call back into Python from a program (jax.pure_callback, io_callback, jax.debug.print):
+# a custom-call whose target names a Python callback, e.g. xla_ffi_python_cpu_callback.
+_CALLBACK = re.compile(
+    r"=\s*(?P<type>\([^=]*?\)|\S+)\s+custom-call\(.*custom_call_target=\"[^\"]*python[^\"]*callback"
+)  # XLA numbers long tuples: (f32[2], ... /*index=5*/f32[])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,6 +241,42 @@ def _group_size(kind: str, groups: str) -> int | None:
     if listed:
         return len([n for n in listed[1].split(",") if n])
     return None
+
+
+def host_callbacks(program: str) -> list[str]:
+    """The results of the calls a compiled program makes back into Python, by type.
+
+    ``jax.pure_callback`` and ``jax.experimental.io_callback`` run a Python
+    function on the host, in the middle of the program, and hand its result back
+    to the devices; XLA compiles each to a ``custom-call`` whose target names a
+    Python callback. A callback with no result (``jax.debug.print``,
+    ``jax.debug.callback``: ``()``) computes nothing the program uses, and is
+    left out.
+
+    Args:
+      program: the text of a compiled program.
+
+    Returns:
+      The type of each callback's result, as XLA prints it without layouts, in
+      program order.
+
+    Examples:
+      >>> from shard_tutorial.compiled import host_callbacks
+      >>> host_callbacks(
+      ...     '%a = f32[3]{0} custom-call(f32[3]{0} %x), custom_call_target="xla_ffi_python_cpu_callback"\n'
+      ...     '%b = () custom-call(f32[] %y), custom_call_target="xla_ffi_python_cpu_callback"'
+      ... )
+      ['f32[3]']
+    """
+    found = []
+    for line in program.splitlines():
+        match = _CALLBACK.search(_COMMENT.sub("", line))
+        if match is None:
+            continue
+        arrays = [a.group(0) for a in _ARRAY.finditer(match["type"])]
+        if arrays:
+            found.append(arrays[0] if len(arrays) == 1 else f"({', '.join(arrays)})")
+    return found
 
 
 def num_devices(program: str) -> int:

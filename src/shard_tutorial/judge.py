@@ -33,7 +33,7 @@ import jax
 import numpy as np
 
 from shard_tutorial.assembly import Disagree, array, combine, items, own
-from shard_tutorial.compiled import Collective, parse_collectives, ring_bytes
+from shard_tutorial.compiled import Collective, host_callbacks, parse_collectives, ring_bytes
 from shard_tutorial.problem import KINDS_IN_WORDS, Budget, Case, Problem, Technique, precise
 
 __all__ = ["judge", "judge_cluster"]
@@ -285,10 +285,17 @@ def _judge_how(
             "right values, but no program the checker could see computed them (returned "
             f"as given, or made outside jax.jit's and jax.shard_map's programs): {practises}"
         )
-    if technique is None:
-        return None
     latest = max((m for m in made_at if m is not None), default=None)
     considered = [p for p in programs if latest is None or int(p["order"]) <= latest]
+    called_back = [t for p in considered for t in host_callbacks(str(p.get("text", "")))]
+    if called_back:
+        return "technique", (
+            "right values, but the program calls back into Python on the host for part of "
+            f"them (jax.pure_callback or io_callback, returning {', '.join(called_back)}): the "
+            f"devices must compute them; {practises}"
+        )
+    if technique is None:
+        return None
     verdict = _judge_technique(technique, case, devices, wanted, considered, practises)
     if verdict is None and problem.budget is not None and how.get("limits"):
         verdict = _judge_budget(problem.budget, how["limits"], considered)
