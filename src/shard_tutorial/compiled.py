@@ -244,7 +244,7 @@ def _group_size(kind: str, groups: str) -> int | None:
 
 
 def host_callbacks(program: str) -> list[str]:
-    """The results of the calls a compiled program makes back into Python, by type.
+    r"""The results of the calls a compiled program makes back into Python, by type.
 
     ``jax.pure_callback`` and ``jax.experimental.io_callback`` run a Python
     function on the host, in the middle of the program, and hand its result back
@@ -262,10 +262,11 @@ def host_callbacks(program: str) -> list[str]:
 
     Examples:
       >>> from shard_tutorial.compiled import host_callbacks
-      >>> host_callbacks(
-      ...     '%a = f32[3]{0} custom-call(f32[3]{0} %x), custom_call_target="xla_ffi_python_cpu_callback"\n'
-      ...     '%b = () custom-call(f32[] %y), custom_call_target="xla_ffi_python_cpu_callback"'
-      ... )
+      >>> target = 'custom_call_target="xla_ffi_python_cpu_callback"'
+      >>> host_callbacks("\n".join([
+      ...     f"%a = f32[3]{{0}} custom-call(f32[3]{{0}} %x), {target}",  # pure_callback
+      ...     f"%b = () custom-call(f32[] %y), {target}",  # jax.debug.print
+      ... ]))
       ['f32[3]']
     """
     found = []
