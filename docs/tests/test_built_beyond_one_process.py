@@ -49,6 +49,5 @@ def test_host_local_arrays_round_trip_and_a_barrier_checks_its_name():
         assert f"[{index}] every process got past the barrier" in printed
         mismatch = [line for line in printed if line.startswith(f"[{index}] AssertionError:")]
         assert len(mismatch) == 1, printed
-        assert f"sync_global_devices name mismatch ('barrier {index}'). Expected: [" in (
-            mismatch[0]
-        )
+        expected = f"sync_global_devices name mismatch ('barrier {index}'). Expected: ["
+        assert expected in mismatch[0]
