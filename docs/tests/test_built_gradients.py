@@ -112,3 +112,47 @@ def test_grad_on_explicit_arrays_wants_jit_or_set_mesh(text):
     assert "Please enter your `jit` into a mesh context via `jax.set_mesh`" in text
     assert text.count("[-310. -325.] float32[2]") == 2  # under jit, under set_mesh
     assert "float32[16,2] [-310. -325.]" in text  # an Auto mesh needs neither
+
+
+def test_a_reduced_cast_defers_the_sum_with_no_collective(text):
+    assert "gradient of the whole batch:\n[-1240. -1255. -1270." in text
+    assert (
+        "w float32[8], cast float32[8]{R:data}\ngradient float32[8]{U:data}\ncollectives: []"
+    ) in text
+    assert "returned: float32[8]{U:data}, P(None, unreduced={'data'}, unreduced_kind=sum)" in text
+    # Device 0's piece: the gradient of its own 2 rows, divided by 8; the 8 add up.
+    assert "device 0's piece: [-1.    -1.125 -1.25  -1.375" in text
+    assert "sum of the 8:     [-1240. -1255. -1270." in text
+
+
+def test_only_linear_operations_accept_the_unreduced_gradient(text):
+    assert "g + g: float32[8]{U:data}" in text
+    assert (
+        "jnp.cos(g): ShardingTypeError: cos is a non-linear operation and cannot accept"
+        " input that is unreduced. Got float32[8]{U:data}"
+    ) in text
+    assert (
+        "w - 0.1 * g: ShardingTypeError: LHS should be reduced along the same axes RHS is"
+        " unreduced on."
+    ) in text
+
+
+def test_the_deferred_sum_becomes_a_reduce_scatter_of_half_the_bytes(text):
+    pattern = r"^(\w+) +(all-reduce|reduce-scatter) -> (f32\[\d\]), (\d+) bytes sent, right: (\w+)$"
+    found = {name: rest for name, *rest in re.findall(pattern, text, re.MULTILINE)}
+    assert found == {
+        "pmean_of_the_loss": ["all-reduce", "f32[8]", "56", "True"],
+        "reduced_then_psum": ["all-reduce", "f32[8]", "56", "True"],
+        "replicated_then_my_slice": ["all-reduce", "f32[8]", "56", "True"],
+        "reduced_then_psum_scatter": ["reduce-scatter", "f32[1]", "28", "True"],
+        "own_copy_cast_to_unreduced": ["reduce-scatter", "f32[1]", "28", "True"],
+    }
+
+
+def test_reshard_takes_the_pending_sum_outside_shard_map(text):
+    # On CPU, XLA all-reduces for a split result too (the page says so).
+    assert (
+        "reshard to P(): float32[8], right: True\n    all-reduce -> f32[8] (32 bytes)\n"
+        "reshard to P('data',): float32[8@data], right: True\n"
+        "    all-reduce -> f32[8] (32 bytes)"
+    ) in text
