@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -363,7 +364,9 @@ def ring_all_reduce(x: jax.Array, axis_name: str = "data") -> RingRun:
 
 
 @functools.cache
-def _ring_program(mesh: jax.sharding.Mesh, axis_name: str):  # noqa: ANN202 (a jitted function)
+def _ring_program(
+    mesh: jax.sharding.Mesh, axis_name: str
+) -> Callable[[jax.Array], tuple[jax.Array, jax.Array]]:
     """The jitted shard_map of :func:`ring_all_reduce` for one mesh."""
     import jax  # noqa: PLC0415
     import jax.numpy as jnp  # noqa: PLC0415
@@ -442,8 +445,10 @@ def ring_picture(run: RingRun) -> Picture:
     figure = _ring_figure(run)
     alt = " ".join(
         [
-            f"A ring all-reduce over {run.devices} devices, step by step. Each row is one"
-            " step; each device holds one value per chunk.",
+            (
+                f"A ring all-reduce over {run.devices} devices, step by step. Each row is"
+                " one step; each device holds one value per chunk."
+            ),
             *(_describe_step(run, step) for step in range(len(run.phases))),
         ]
     )

@@ -14,7 +14,6 @@ algorithms do.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import re
 from collections.abc import Callable
@@ -195,7 +194,7 @@ def collectives(
 
 
 def parse_collectives(program: str, *, resolve_operands: bool = False) -> list[Collective]:
-    """The collectives in the text of a compiled program (see :func:`collectives`).
+    r"""The collectives in the text of a compiled program (see :func:`collectives`).
 
     Args:
       program: the text, as ``compiled.as_text()`` prints it.
@@ -210,7 +209,7 @@ def parse_collectives(program: str, *, resolve_operands: bool = False) -> list[C
       ...         "replica_groups=[1,8]<=[8], dimensions={0}, use_global_device_ids=true")
       >>> parse_collectives(line)
       [Collective(kind='all-gather', result='f32[8,2]', nbytes=64, groups='[1,8]<=[8]', explicit=False, operand_bytes=8)]
-      >>> program = ("%p.1 = f32[1,2]{1,0} parameter(0)\\n"
+      >>> program = ("%p.1 = f32[1,2]{1,0} parameter(0)\n"
       ...            "ROOT %ag = f32[8,2]{1,0} all-gather(%p.1), replica_groups={{0,1,2,3,4,5,6,7}}")
       >>> [(c.nbytes, c.operand_bytes) for c in parse_collectives(program)]
       [(64, None)]
