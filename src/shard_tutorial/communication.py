@@ -47,10 +47,13 @@ if TYPE_CHECKING:
 __all__ = [
     "ALGORITHMS",
     "LINKS",
+    "PRIMITIVES",
     "Link",
+    "Measured",
     "RingRun",
     "Traffic",
     "full_size",
+    "measure",
     "predicted_time",
     "ring_all_reduce",
     "ring_picture",
@@ -292,6 +295,140 @@ def predicted_time(
     return cost.rounds * (link.latency or 0.0) + cost.busiest_link / link.bandwidth
 
 
+# --- The same collectives, compiled -----------------------------------------------------------
+
+PRIMITIVES = {
+    "psum": "all-reduce",
+    "all_gather": "all-gather",
+    "psum_scatter": "reduce-scatter",
+    "all_to_all": "all-to-all",
+    "ppermute": "collective-permute",
+}
+"""Each ``jax.lax`` collective -> the HLO operation it compiles to."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Measured:
+    """One collective compiled on ``devices`` devices, and what the model says of it.
+
+    Attributes:
+      primitive: the ``jax.lax`` function, e.g. ``"psum"``.
+      kind: the HLO operation the compiled program runs.
+      devices: how many devices take part (the group size XLA printed).
+      operand_bytes: what it takes in on each device, from the compiled program.
+      result_bytes: what it gives out on each device, from the compiled program.
+      ring_bytes: :func:`shard_tutorial.compiled.ring_bytes` of it.
+      roofline_bytes: what ``jax.experimental.roofline`` says crosses the
+        mesh axis (its ``ici_bytes``).
+    """
+
+    primitive: str
+    kind: str
+    devices: int
+    operand_bytes: int
+    result_bytes: int
+    ring_bytes: float
+    roofline_bytes: int
+
+    @property
+    def size(self) -> int:
+        """The larger of operand and result: the ``size`` of :func:`traffic`."""
+        return max(self.operand_bytes, self.result_bytes)
+
+    def traffic(self, algorithm: Algorithm) -> Traffic:
+        """:func:`traffic` of this collective under ``algorithm``."""
+        return traffic(self.kind, self.devices, self.size, algorithm)
+
+
+def _body(primitive: str, n: int, axis_name: str) -> Callable[[jax.Array], jax.Array]:
+    """The function each device runs: ``jax.lax.<primitive>`` of its block."""
+    import jax  # noqa: PLC0415
+
+    bodies: dict[str, Callable[[jax.Array], jax.Array]] = {
+        "psum": lambda b: jax.lax.psum(b, axis_name),
+        "all_gather": lambda b: jax.lax.all_gather(b, axis_name, tiled=True),
+        "psum_scatter": lambda b: jax.lax.psum_scatter(b, axis_name, tiled=True),
+        # A tuple of axis names: roofline's all_to_all rule iterates over the name.
+        "all_to_all": lambda b: jax.lax.all_to_all(b, (axis_name,), 0, 0, tiled=True),
+        "ppermute": lambda b: jax.lax.ppermute(b, axis_name, [(i, (i + 1) % n) for i in range(n)]),
+    }
+    return bodies[primitive]
+
+
+def measure(primitive: str, devices: int, elements: int, dtype: str = "float32") -> Measured:
+    """Compile ``jax.lax.<primitive>`` of a block of ``elements`` per device, and read its cost.
+
+    Runs the collective inside :func:`jax.shard_map` over the first ``devices``
+    devices, reads the compiled program (operand and result types, resolved by
+    :func:`shard_tutorial.compiled.parse_collectives`), and asks
+    ``jax.experimental.roofline`` for the same program.
+
+    Args:
+      primitive: one of :data:`PRIMITIVES`.
+      devices: how many devices; at most ``len(jax.devices())``.
+      elements: how many elements each device's block has; a multiple of
+        ``devices`` (``psum_scatter`` and ``all_to_all`` cut it in ``devices``).
+      dtype: the blocks' dtype.
+
+    Returns:
+      The :class:`Measured` collective.
+
+    Raises:
+      ValueError: if the compiled program does not run exactly one collective
+        of the expected kind (on one device it runs none).
+
+    Examples:
+      >>> from shard_tutorial.communication import measure
+      >>> m = measure("all_gather", 2, 8)
+      >>> m.kind, m.operand_bytes, m.result_bytes, m.ring_bytes, m.roofline_bytes
+      ('all-gather', 32, 64, 32.0, 32)
+    """
+    import jax  # noqa: PLC0415
+    import jax.numpy as jnp  # noqa: PLC0415
+    from jax.experimental import roofline  # noqa: PLC0415
+    from jax.sharding import NamedSharding  # noqa: PLC0415
+    from jax.sharding import PartitionSpec as P  # noqa: PLC0415
+
+    from shard_tutorial.compiled import compiled_text, parse_collectives  # noqa: PLC0415
+    from shard_tutorial.compiled import ring_bytes as ring_figure  # noqa: PLC0415
+
+    mesh = jax.make_mesh((devices,), ("data",), devices=jax.devices()[:devices])
+    x = jax.device_put(jnp.zeros((devices * elements,), dtype), NamedSharding(mesh, P("data")))
+    f = jax.shard_map(
+        _body(primitive, devices, "data"), mesh=mesh, in_specs=P("data"), out_specs=P("data")
+    )
+    found = parse_collectives(compiled_text(f, x), resolve_operands=True)
+    kind = PRIMITIVES[primitive]
+    if len(found) != 1 or found[0].kind != kind or found[0].operand_bytes is None:
+        msg = f"expected one {kind} with its operand's type, the program runs {found}"
+        raise ValueError(msg)
+    collective = found[0]
+    operand = collective.operand_bytes
+    assert operand is not None  # checked above
+    _, estimate = roofline.roofline(f, mesh=mesh)(x)
+    return Measured(
+        primitive=primitive,
+        kind=kind,
+        devices=_group(collective, devices),
+        operand_bytes=operand,
+        result_bytes=collective.nbytes,
+        ring_bytes=ring_figure(collective, devices),
+        roofline_bytes=int(estimate.ici_bytes.get("data", 0)),
+    )
+
+
+def _group(collective: Collective, devices: int) -> int:
+    """The group size XLA printed (for a permute, the devices its pairs name)."""
+    size = collective.group_size
+    if size is None:
+        msg = f"the group size of {collective} is not in the program's text"
+        raise ValueError(msg)
+    if size != devices:
+        msg = f"{collective} runs among {size} devices, not {devices}"
+        raise ValueError(msg)
+    return size
+
+
 # --- A ring all-reduce, run for real and recorded step by step ---------------------------------
 
 
@@ -334,11 +471,14 @@ def ring_all_reduce(x: jax.Array, axis_name: str = "data") -> RingRun:
 
     Args:
       x: shape ``(n, n)``, its rows split over the ``n`` devices of the mesh
-        axis (one element per chunk keeps the picture readable).
+        axis: one element per chunk, to keep the picture readable.
       axis_name: the mesh axis.
 
     Returns:
       The :class:`RingRun`; its ``result`` equals ``jax.lax.psum`` of the rows.
+
+    Raises:
+      ValueError: if ``x`` is not ``(n, n)``.
 
     Examples:
       >>> import jax
@@ -353,12 +493,12 @@ def ring_all_reduce(x: jax.Array, axis_name: str = "data") -> RingRun:
     """
     mesh = x.sharding.mesh  # type: ignore[attr-defined]
     n = int(mesh.shape[axis_name])
-    if x.ndim != 2 or x.shape[0] != n or x.shape[1] % n:
-        msg = f"x must have shape ({n}, k * {n}) with its rows split over {axis_name!r}, got {x.shape}"
+    if x.shape != (n, n):
+        msg = f"x must have shape ({n}, {n}), its rows split over {axis_name!r}, got {x.shape}"
         raise ValueError(msg)
-    values, counts = _ring_program(mesh, axis_name)(x)
-    values = np.asarray(values).reshape(2 * (n - 1) + 1, n, n, -1)[..., 0]
-    counts = np.asarray(counts).reshape(2 * (n - 1) + 1, n, n)
+    held, summed = _ring_program(mesh, axis_name)(x)
+    values = np.asarray(held).reshape(2 * (n - 1) + 1, n, n)
+    counts = np.asarray(summed).reshape(2 * (n - 1) + 1, n, n)
     phases = ("input",) + ("reduce-scatter",) * (n - 1) + ("all-gather",) * (n - 1)
     return RingRun(values, counts, phases, values[-1])
 

@@ -395,7 +395,8 @@ def ring_bytes(collective: Collective, devices: int | None = None) -> float:
     - all-reduce: a reduce-scatter then an all-gather, ``2 * (n - 1) / n * S``;
     - all-to-all: each device keeps one of its ``n`` blocks and sends the
       others, ``(n - 1) / n * S``;
-    - collective-permute: each device sends its operand once, ``S``.
+    - collective-permute: each device sends its operand once, ``S`` (nothing
+      when every device sends to itself, as on one device).
 
     These are the bytes of the ``"direct"`` algorithm of
     :func:`shard_tutorial.communication.traffic` (where the formulas live), the
@@ -418,9 +419,8 @@ def ring_bytes(collective: Collective, devices: int | None = None) -> float:
       >>> ring_bytes(Collective("reduce-scatter", "f32[2,64]", 512, "[1,8]<=[8]"))
       3584.0
     """
-    if collective.kind == "collective-permute":
-        return float(collective.nbytes)
-    n = group_size(collective) or devices
+    n = collective.group_size if collective.kind == "collective-permute" else None
+    n = n or group_size(collective) or devices
     if n is None:
         msg = f"the group size of {collective} is not in the program's text"
         raise ValueError(msg)
