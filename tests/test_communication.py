@@ -195,10 +195,12 @@ def test_the_ring_picture_says_what_every_device_holds(device_count):
     if device_count < 4:
         pytest.skip("needs 4 devices")
     mesh = jax.make_mesh((4,), ("data",), devices=jax.devices()[:4])
-    x = jax.device_put(np.arange(16.0).reshape(4, 4), NamedSharding(mesh, P("data")))
+    x = jax.device_put(np.arange(1.0, 17.0).reshape(4, 4), NamedSharding(mesh, P("data")))
     picture = ring_picture(ring_all_reduce(x))
     assert picture.svg.lstrip().startswith("<?xml")
-    assert "After step 6 (all-gather): device 0: 24 (sum of 4), 28 (sum of 4)" in picture.alt
+    assert "Input: device 0: 1, 2, 3, 4; device 1: 5, 6, 7, 8;" in picture.alt
+    assert "After step 1 (reduce-scatter): device 0: 1, 2, 3, 17 (sum of 2);" in picture.alt
+    assert "After step 6 (all-gather): device 0: 28 (sum of 4), 32 (sum of 4)" in picture.alt
     assert picture.alt.count("After step") == 6
 
 

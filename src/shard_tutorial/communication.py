@@ -486,10 +486,10 @@ def ring_all_reduce(x: jax.Array, axis_name: str = "data") -> RingRun:
       >>> from jax.sharding import NamedSharding, PartitionSpec as P
       >>> from shard_tutorial.communication import ring_all_reduce
       >>> mesh = jax.make_mesh((4,), ("data",), devices=jax.devices()[:4])
-      >>> x = jax.device_put(jnp.arange(16.0).reshape(4, 4), NamedSharding(mesh, P("data")))
+      >>> x = jax.device_put(jnp.arange(1.0, 17.0).reshape(4, 4), NamedSharding(mesh, P("data")))
       >>> run = ring_all_reduce(x)
       >>> run.result[0].tolist(), run.phases
-      ([24.0, 28.0, 32.0, 36.0], ('input', 'reduce-scatter', 'reduce-scatter', 'reduce-scatter', 'all-gather', 'all-gather', 'all-gather'))
+      ([28.0, 32.0, 36.0, 40.0], ('input', 'reduce-scatter', 'reduce-scatter', 'reduce-scatter', 'all-gather', 'all-gather', 'all-gather'))
     """
     mesh = x.sharding.mesh  # type: ignore[attr-defined]
     n = int(mesh.shape[axis_name])
@@ -570,7 +570,8 @@ def ring_picture(run: RingRun) -> Picture:
     (:data:`shard_tutorial.collective_diagrams.DEVICE_COLOURS`); a partial sum is
     grey, darker the more devices it sums; a complete total is near-white
     (:data:`shard_tutorial.collective_diagrams.COMBINED`). The chunk a device
-    received at that step is outlined in thick black.
+    received at that step has a thick black outline inside a white one, which
+    shows on light and dark pages alike.
 
     Examples:
       >>> import numpy as np
@@ -657,6 +658,17 @@ def _ring_figure(run: RingRun) -> Figure:
                     or run.values[step, d, c] != run.values[step - 1, d, c]
                 )
                 x = label_width + d * (n + gap) + c
+                if changed:  # black inside white: seen on light and dark pages alike
+                    ax.add_patch(
+                        Rectangle(
+                            (x + 0.04, y + 0.08),
+                            0.92,
+                            0.84,
+                            facecolor="none",
+                            edgecolor="#FFFFFF",
+                            linewidth=4.5,
+                        )
+                    )
                 ax.add_patch(
                     Rectangle(
                         (x + 0.04, y + 0.08),
