@@ -199,7 +199,7 @@ def test_the_ring_picture_says_what_every_device_holds(device_count):
     picture = ring_picture(ring_all_reduce(x))
     assert picture.svg.lstrip().startswith("<?xml")
     assert "Input: device 0: 1, 2, 3, 4; device 1: 5, 6, 7, 8;" in picture.alt
-    assert "After step 1 (reduce-scatter): device 0: 1, 2, 3, 17 (sum of 2);" in picture.alt
+    assert "After step 1 (reduce-scatter): device 0: 1, 2, 3, 20 (sum of 2);" in picture.alt
     assert "After step 6 (all-gather): device 0: 28 (sum of 4), 32 (sum of 4)" in picture.alt
     assert picture.alt.count("After step") == 6
 
