@@ -109,3 +109,9 @@ def test_roofline_and_its_string_axis_name():
     text = cell_output("from jax.experimental import roofline")
     assert "axis_name='data': KeyError 'd'" in text
     assert "axis_name=('data',): ici_bytes {'data': 64}" in text
+
+
+def test_the_compiled_line_names_its_operand_without_its_type():
+    text = cell_output("program_lines(psum_on_4")
+    assert "f32[256]{0} all-reduce(%param" in text
+    assert "replica_groups=" in text
