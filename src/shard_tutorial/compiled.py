@@ -14,13 +14,14 @@ algorithms do.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import re
 from collections.abc import Callable
 from typing import Any
 
 import jax
+
+from shard_tutorial import communication
 
 __all__ = [
     "KINDS",
@@ -53,6 +54,7 @@ _OP_NAME = re.compile(r'op_name="([^"]*)"')
 # (jax 0.10 and 0.12); XLA's partitioner names the operation it carries out instead.
 _EXPLICIT = re.compile(r"(^|/)shard_map/")
 _MESH_GROUPS = re.compile(r"mesh\[(?P<mesh>[^\]]*)\]\s*\{(?P<axes>[^}]*)\}")
+_DEFINITION = re.compile(r"\s*(?:ROOT\s+)?(?P<name>%[\w.\-]+)\s*=\s*(?P<type>\([^=]*?\)|\S+)\s")
 _COMMENT = re.compile(r"/\*.*?\*/")
 # A call back into Python from a program (jax.pure_callback, io_callback, jax.debug.print):
 # a custom-call whose target names a Python callback, e.g. xla_ffi_python_cpu_callback.
@@ -155,7 +157,9 @@ def program_lines(f: Callable[..., Any], *args: Any, op: str) -> list[str]:
     ]
 
 
-def collectives(f: Callable[..., Any], *args: Any) -> list[Collective]:
+def collectives(
+    f: Callable[..., Any], *args: Any, resolve_operands: bool = False
+) -> list[Collective]:
     """The collectives of the program XLA compiles for ``f(*args)``, in program order.
 
     An asynchronous pair (``all-reduce-start`` / ``all-reduce-done``) counts once,
@@ -164,6 +168,10 @@ def collectives(f: Callable[..., Any], *args: Any) -> list[Collective]:
     Args:
       f: the function, jitted or not (it is passed through ``jax.jit``).
       *args: its arguments, laid out as a caller would pass them.
+      resolve_operands: also read the type of each operand XLA names without
+        printing it (``all-reduce(%param.1)``) from the line that defines it,
+        so that :attr:`Collective.operand_bytes` is always known (see
+        :func:`parse_collectives`).
 
     Returns:
       One :class:`Collective` per operation.
@@ -182,11 +190,18 @@ def collectives(f: Callable[..., Any], *args: Any) -> list[Collective]:
       >>> collectives(jnp.sin, x)
       []
     """
-    return parse_collectives(compiled_text(f, *args))
+    return parse_collectives(compiled_text(f, *args), resolve_operands=resolve_operands)
 
 
-def parse_collectives(program: str) -> list[Collective]:
-    """The collectives in the text of a compiled program (see :func:`collectives`).
+def parse_collectives(program: str, *, resolve_operands: bool = False) -> list[Collective]:
+    r"""The collectives in the text of a compiled program (see :func:`collectives`).
+
+    Args:
+      program: the text, as ``compiled.as_text()`` prints it.
+      resolve_operands: where XLA names an operand without its type (as jax
+        0.10 and 0.12 both print ``all-reduce(%param.1)``), read the type from
+        the line that defines that name. Off by default: the judge's limits
+        were set on what the collective's own line says.
 
     Examples:
       >>> from shard_tutorial.compiled import parse_collectives
@@ -194,9 +209,17 @@ def parse_collectives(program: str) -> list[Collective]:
       ...         "replica_groups=[1,8]<=[8], dimensions={0}, use_global_device_ids=true")
       >>> parse_collectives(line)
       [Collective(kind='all-gather', result='f32[8,2]', nbytes=64, groups='[1,8]<=[8]', explicit=False, operand_bytes=8)]
+      >>> program = ("%p.1 = f32[1,2]{1,0} parameter(0)\n"
+      ...            "ROOT %ag = f32[8,2]{1,0} all-gather(%p.1), replica_groups={{0,1,2,3,4,5,6,7}}")
+      >>> [(c.nbytes, c.operand_bytes) for c in parse_collectives(program)]
+      [(64, None)]
+      >>> [(c.nbytes, c.operand_bytes) for c in parse_collectives(program, resolve_operands=True)]
+      [(64, 8)]
     """
+    lines = [_COMMENT.sub("", line) for line in program.splitlines()]
+    defined = _definitions(lines) if resolve_operands else {}
     found = []
-    for line in map(functools.partial(_COMMENT.sub, ""), program.splitlines()):
+    for line in lines:
         match = _LINE.search(line)
         if match is None:
             continue
@@ -206,7 +229,7 @@ def parse_collectives(program: str) -> list[Collective]:
         result = ", ".join(a.group(0) for a in arrays)
         groups = _GROUPS.search(line)
         op_name = _OP_NAME.search(line)
-        operands = _operand_types(line[match.end() :])
+        operands = _operand_types(line[match.end() :], defined)
         found.append(
             Collective(
                 kind=match["kind"],
@@ -293,15 +316,34 @@ def num_devices(program: str) -> int:
     return (int(partitions[1]) if partitions else 1) * (int(replicas[1]) if replicas else 1)
 
 
-def _operand_types(rest: str) -> int | None:
-    """Bytes of the operands of an operation, from the text after its opening parenthesis."""
+def _definitions(lines: list[str]) -> dict[str, str]:
+    """Each named value of a program -> the type of what defines it, e.g. ``{"%p.1": "f32[1,2]{1,0}"}``."""
+    defined = {}
+    for line in lines:
+        match = _DEFINITION.match(line)
+        if match:
+            defined[match["name"]] = match["type"]
+    return defined
+
+
+def _operand_types(rest: str, defined: dict[str, str] | None = None) -> int | None:
+    """Bytes of the operands of an operation, from the text after its opening parenthesis.
+
+    An operand printed as a bare name (``%param.1``) has its type looked up in
+    ``defined`` (see :func:`_definitions`); None if any operand's type is unknown.
+    """
     depth, end = 1, len(rest)
     for index, char in enumerate(rest):
         depth += {"(": 1, ")": -1}.get(char, 0)
         if depth == 0:
             end = index
             break
-    arrays = list(_ARRAY.finditer(rest[:end]))
+    text = rest[:end]
+    arrays = list(_ARRAY.finditer(text))
+    if not arrays and defined:
+        names = re.findall(r"%[\w.\-]+", text)
+        if names and all(name in defined for name in names):
+            arrays = [a for name in names for a in _ARRAY.finditer(defined[name])]
     if not arrays:
         return None
     return sum(_nbytes(a["dtype"], a["dims"]) for a in arrays)
@@ -353,10 +395,14 @@ def ring_bytes(collective: Collective, devices: int | None = None) -> float:
     - all-reduce: a reduce-scatter then an all-gather, ``2 * (n - 1) / n * S``;
     - all-to-all: each device keeps one of its ``n`` blocks and sends the
       others, ``(n - 1) / n * S``;
-    - collective-permute: each device sends its operand once, ``S``.
+    - collective-permute: each device sends its operand once, ``S`` (nothing
+      when every device sends to itself, as on one device).
 
-    XLA may pick other algorithms (a tree, or a direct exchange on one host);
-    this is the figure to compare strategies by, not a measurement.
+    These are the bytes of the ``"direct"`` algorithm of
+    :func:`shard_tutorial.communication.traffic` (where the formulas live), the
+    fewest a device can send: the ring algorithms send as many for all but the
+    all-to-all, which a ring forwards. XLA may pick other algorithms; this is
+    the figure to compare strategies by, not a measurement.
 
     Args:
       collective: the collective.
@@ -373,16 +419,11 @@ def ring_bytes(collective: Collective, devices: int | None = None) -> float:
       >>> ring_bytes(Collective("reduce-scatter", "f32[2,64]", 512, "[1,8]<=[8]"))
       3584.0
     """
-    if collective.kind == "collective-permute":
-        return float(collective.nbytes)
-    n = group_size(collective) or devices
+    n = collective.group_size if collective.kind == "collective-permute" else None
+    n = n or group_size(collective) or devices
     if n is None:
         msg = f"the group size of {collective} is not in the program's text"
         raise ValueError(msg)
-    factor = {
-        "all-gather": (n - 1) / n,
-        "reduce-scatter": float(n - 1),
-        "all-reduce": 2 * (n - 1) / n,
-        "all-to-all": (n - 1) / n,
-    }[collective.kind]
-    return factor * collective.nbytes
+    return communication.traffic(
+        collective.kind, n, communication.full_size(collective, n), "direct"
+    ).sent
