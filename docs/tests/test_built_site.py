@@ -21,11 +21,13 @@ NOTEBOOK_PAGES = [
     "index",
     "tutorial",
     "collectives/glance",
+    "collectives/communication-costs",
     "beyond-one-process",
     "migrating",
     "training/gradients",
     "training/strategies",
     "training/training-run",
+    "parallelism/transformer-block",
     *PROBLEM_PAGES,
 ]
 
