@@ -1,0 +1,62 @@
+"""What the built page "Training a transformer block on a 2 x 4 mesh" shows readers.
+
+These read the HTML that ``nox -s docs`` has just built into docs/_build/html.
+"""
+
+from __future__ import annotations
+
+import re
+
+from built_pages import cell_output, outputs, page
+
+PAGE = "parallelism/transformer-block"
+
+
+def test_every_matrix_lies_in_eighths_and_the_norms_whole():
+    text = cell_output(PAGE, "for name, value in params.items():")
+    assert "qkv    (32, 3, 4, 8)" in text
+    assert "block (16, 3, 1, 8)" in text  # half the rows, one of the 4 heads
+    assert "block (16, 16)" in text  # up and down: half by 16 of 64 hidden units
+    assert "norm1  (32,)" in text
+    assert "block (32,)" in text
+
+
+def test_the_sharded_gradients_are_one_devices():
+    text = cell_output(PAGE, "sharded_gradients(mesh)")
+    value = re.search(r"loss: (\S+) on 2 x 4, (\S+) on one device", text)
+    assert value, text
+    assert value[1] == value[2]
+    gaps = [float(g) for g in re.findall(r"largest difference (\S+)", text)]
+    sizes = [float(s) for s in re.findall(r"largest gradient (\S+),", text)]
+    assert len(gaps) == len(sizes) == 6, text
+    assert all(gap <= 1e-5 * size for gap, size in zip(gaps, sizes, strict=True))
+
+
+def test_the_step_sends_what_its_collectives_add_up_to():
+    text = cell_output(PAGE, "parse_collectives(compiled.as_text())")
+    lines = [line for line in text.splitlines() if " over " in line]
+    assert len(lines) == 17, text
+    sent = sum(float(re.search(r"sends\s+([\d,]+) B", line)[1].replace(",", "")) for line in lines)
+    total = re.search(r"17 collectives; each device sends ([\d,]+) bytes per step", text)
+    assert total, text
+    assert int(total[1].replace(",", "")) == round(sent) == 57_799
+    assert sum("all-gather      f32[4,16,32]" in line for line in lines) == 4  # SP -> TP
+    assert sum("reduce-scatter  f32[4,4,32]" in line for line in lines) == 4  # TP -> SP
+
+
+def test_each_device_holds_about_an_eighth_of_the_arguments():
+    text = cell_output(PAGE, "memory_analysis()")
+    sizes = [int(s.replace(",", "")) for s in re.findall(r"arguments\s+([\d,]+) B", text)]
+    assert len(sizes) == 2, text
+    assert 7 < sizes[1] / sizes[0] <= 8
+
+
+def test_the_two_loss_curves_lie_on_top_of_each_other():
+    text = outputs(PAGE)
+    gap = re.search(r"largest relative difference at any step: (\S+)", text)
+    assert gap, text
+    assert float(gap[1]) < 1e-5
+    ends = re.search(r"loss from (\S+) to (\S+) on 2 x 4; from (\S+) to (\S+) on one", text)
+    assert ends, text
+    assert float(ends[1]) / float(ends[2]) > 5  # it learns
+    assert page(PAGE).select("figure img, div.cell_output img, svg")  # the curves are drawn
