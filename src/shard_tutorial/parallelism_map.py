@@ -9,6 +9,7 @@ list the picture, its text alternative and the page's table are made from.
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 
 from shard_tutorial.pictures import Picture, svg_source
 
@@ -132,8 +133,6 @@ def parallelism_map(devices: int = 4) -> Picture:
     from matplotlib.figure import Figure  # noqa: PLC0415 (drawing is optional)
     from matplotlib.patches import Rectangle  # noqa: PLC0415
 
-    import textwrap  # noqa: PLC0415
-
     rows = len(PARALLELISMS)
     height = 1.25
     figure = Figure(figsize=(7.2, 0.8 * height * rows + 0.5))
@@ -173,8 +172,11 @@ def parallelism_map(devices: int = 4) -> Picture:
         )  # fmt: skip
         axes.text(left + 0.38, 0.18, f"device {device}", fontsize=9, color=ink, va="center")
     sentences = [
-        f"Five ways of splitting a training step, each over the {devices} devices of one "
-        "mesh axis, each drawn as what it splits, coloured by the device that holds each part."
+        (
+            f"Five ways of splitting a training step, each over the {devices} devices of "
+            "one mesh axis, each drawn as what it splits, coloured by the device that holds "
+            "each part."
+        )
     ]
     for parallelism in PARALLELISMS:
         article = "an" if parallelism.collective[:1] in "aeiou" else "a"
