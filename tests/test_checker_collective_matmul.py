@@ -221,6 +221,7 @@ def test_running_sums_that_end_one_device_off_are_explained(tmp_path, device_cou
         return
     status, message = results["S=16, F=16, D=4: 8 devices, 2 rows each"]
     assert status == "fail", message
+    assert "holds the sum of block b + 1 (of 8 blocks)" in message
     assert "ended on the wrong devices" in message
 
 

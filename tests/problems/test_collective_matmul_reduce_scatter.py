@@ -80,7 +80,8 @@ def test_each_classic_mistake_is_explained():
         [h[2 * j : 2 * j + 2, 2 * j : 2 * j + 2] @ w[2 * j : 2 * j + 2] for j in range(8)]
     )
     assert "one device's partial sum only" in PROBLEM.diagnose(case, own.astype(np.float32))
-    rotated = np.roll(full, 2, axis=0).astype(np.float32)
+    rotated = np.roll(full, -2, axis=0).astype(np.float32)  # block b: the sum of block b + 1
+    assert "holds the sum of block b + 1 (of 8 blocks)" in PROBLEM.diagnose(case, rotated)
     assert "ended on the wrong devices" in PROBLEM.diagnose(case, rotated)
     assert PROBLEM.diagnose(case, full.astype(np.float32)) is None
 

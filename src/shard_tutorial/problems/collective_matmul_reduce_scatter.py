@@ -189,12 +189,12 @@ def _explain(case: Case, _expected: np.ndarray, received: np.ndarray) -> str | N
             )
         if n > 1:
             for shift in range(1, n):
-                if close(np.roll(full, shift * r, axis=0)):
+                if close(np.roll(full, -shift * r, axis=0)):
                     return (
-                        f"Each block of rows holds the sum of the block {shift} before it "
-                        f"(of {n}): the running sums were added up right but ended on the "
-                        "wrong devices. The sum of block b must start on device b + 1 when "
-                        "it moves to i + 1, so that it ends on device b"
+                        f"Each block b of rows holds the sum of block b + {shift} (of {n} "
+                        "blocks): the running sums were added up right but ended on the "
+                        "wrong devices. Moving to i + 1, the sum of block b must start on "
+                        "device b + 1 so that it ends, n - 1 steps later, on device b"
                     )
     return None
 
