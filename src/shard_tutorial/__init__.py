@@ -17,7 +17,8 @@ Examples:
    'shard_map_pmean', 'shard_map_all_gather', 'shard_map_ppermute',
    'shard_map_psum_scatter', 'shard_map_all_to_all', 'shard_map_axis_index',
    'data_parallel_sgd_step', 'fsdp_sgd_step', 'tensor_parallel_mlp',
-   'nnx_data_parallel_step']
+   'nnx_data_parallel_step', 'collective_matmul_all_gather',
+   'collective_matmul_reduce_scatter']
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ _LAZY = {
     "shard_map_psum_scatter": "shard_tutorial.problems.shard_map_psum_scatter",
     "shard_map_all_to_all": "shard_tutorial.problems.shard_map_all_to_all",
     "shard_map_axis_index": "shard_tutorial.problems.shard_map_axis_index",
+    # Part V, the parallelisms of large models:
+    "collective_matmul_all_gather": "shard_tutorial.problems.collective_matmul_all_gather",
+    "collective_matmul_reduce_scatter": "shard_tutorial.problems.collective_matmul_reduce_scatter",
 }
 
 __all__ = [
@@ -69,6 +73,8 @@ __all__ = [
     "PROBLEMS",
     "axis_mesh",
     "check",
+    "collective_matmul_all_gather",
+    "collective_matmul_reduce_scatter",
     "data_mesh",
     "data_mesh_for",
     "data_model_mesh",
@@ -127,6 +133,10 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         usable_device_count,
     )
     from shard_tutorial.problems import PROBLEMS, get_problem
+    from shard_tutorial.problems.collective_matmul_all_gather import collective_matmul_all_gather
+    from shard_tutorial.problems.collective_matmul_reduce_scatter import (
+        collective_matmul_reduce_scatter,
+    )
     from shard_tutorial.problems.data_parallel_sgd_step import data_parallel_sgd_step
     from shard_tutorial.problems.fsdp_sgd_step import fsdp_sgd_step
     from shard_tutorial.problems.nnx_data_parallel_step import nnx_data_parallel_step

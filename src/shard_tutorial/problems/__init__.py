@@ -56,6 +56,9 @@ PROBLEMS: Mapping[str, Problem] = _Registry(
         "fsdp_sgd_step",
         "tensor_parallel_mlp",
         "nnx_data_parallel_step",
+        # Part V, the parallelisms of large models:
+        "collective_matmul_all_gather",
+        "collective_matmul_reduce_scatter",
     )
 )
 """Every problem by name, in the site's reading order."""
