@@ -17,7 +17,7 @@ Examples:
    'shard_map_pmean', 'shard_map_all_gather', 'shard_map_ppermute',
    'shard_map_psum_scatter', 'shard_map_all_to_all', 'shard_map_axis_index',
    'data_parallel_sgd_step', 'fsdp_sgd_step', 'tensor_parallel_mlp',
-   'nnx_data_parallel_step']
+   'nnx_data_parallel_step', 'expert_parallel_moe']
 """
 
 from __future__ import annotations
@@ -61,6 +61,8 @@ _LAZY = {
     "shard_map_psum_scatter": "shard_tutorial.problems.shard_map_psum_scatter",
     "shard_map_all_to_all": "shard_tutorial.problems.shard_map_all_to_all",
     "shard_map_axis_index": "shard_tutorial.problems.shard_map_axis_index",
+    # Part V, the parallelisms of large models:
+    "expert_parallel_moe": "shard_tutorial.problems.expert_parallel_moe",
 }
 
 __all__ = [
@@ -75,6 +77,7 @@ __all__ = [
     "data_model_shape",
     "data_parallel_forward",
     "data_parallel_sgd_step",
+    "expert_parallel_moe",
     "fsdp_sgd_step",
     "get_problem",
     "join_cluster",
@@ -128,6 +131,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     )
     from shard_tutorial.problems import PROBLEMS, get_problem
     from shard_tutorial.problems.data_parallel_sgd_step import data_parallel_sgd_step
+    from shard_tutorial.problems.expert_parallel_moe import expert_parallel_moe
     from shard_tutorial.problems.fsdp_sgd_step import fsdp_sgd_step
     from shard_tutorial.problems.nnx_data_parallel_step import nnx_data_parallel_step
     from shard_tutorial.problems.shard_map_all_gather import shard_map_all_gather
