@@ -78,7 +78,7 @@ def test_no_tokens_gives_an_empty_result_on_the_mesh():
     assert (out.shape, out.dtype) == ((0, 2), jnp.float32)
 
 
-@pytest.mark.parametrize("dtype", [np.int32, jnp.bfloat16])
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, jnp.bfloat16])
 def test_other_dtypes_match_the_oracle(dtype, assert_matches_oracle):
     rng = np.random.default_rng(3)
     x = rng.integers(-4, 5, (16, 3)).astype(dtype)

@@ -152,7 +152,8 @@ def _dispatch_compute_return(x: jax.Array, logits: jax.Array, w: jax.Array) -> j
     tokens, chosen = inbox[..., :features], inbox[..., features:]
     # Each local expert on every received slot, kept where the slot chose it.
     every_expert = jnp.einsum("std,edf->stef", tokens, w)  # (n, T/n, E/n, F)
-    results = jnp.sum(jnp.where(chosen[..., None] > 0, every_expert, 0), axis=2)
+    kept = jnp.where(chosen[..., None] > 0, every_expert, 0)
+    results = jnp.sum(kept, axis=2, dtype=kept.dtype)  # (n, T/n, F); small ints stay small
     # Return: results[s] goes back to device s; back[j] came from device j.
     back = jax.lax.all_to_all(results, "expert", split_axis=0, concat_axis=0, tiled=True)
     return back[device, jnp.arange(x.shape[0])]  # each token's result, from its expert's device
@@ -394,10 +395,30 @@ def _limits(args: tuple[Any, ...]) -> dict[str, float]:
     x, _, w = args
     (tokens, d), (experts, _, f) = np.shape(x), np.shape(w)
     n = _contract_devices(args, jax.device_count())
-    item = np.dtype(x.dtype).itemsize
-    out_item = np.dtype(jnp.result_type(x.dtype, w.dtype)).itemsize
+    item = _carried(x.dtype)
+    out_item = _carried(jnp.result_type(x.dtype, w.dtype))
     per_slot = d * item + max((experts // n) * item, 4) + f * out_item
     return {"sent": (n - 1) * (tokens // n) * per_slot}
+
+
+def _carried(dtype: Any) -> int:
+    """The bytes of one number of ``dtype`` in a collective of XLA's CPU backend.
+
+    XLA on CPU sends ``bfloat16`` as ``float32`` and the ``float8`` types as
+    ``float16`` (read from the compiled programs, jax 0.10 and 0.12); every other
+    dtype as itself.
+
+    Examples:
+      >>> import jax.numpy as jnp, numpy as np
+      >>> [_carried(d) for d in (jnp.bfloat16, jnp.float8_e4m3fn, np.float16, np.int8)]
+      [4, 2, 2, 1]
+    """
+    dtype = np.dtype(dtype)
+    if dtype == jnp.bfloat16:
+        return 4
+    if jnp.issubdtype(dtype, jnp.floating) and dtype.itemsize == 1:
+        return 2
+    return dtype.itemsize
 
 
 BUDGET = Budget(
