@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
-from shard_tutorial import PROBLEMS, expert_parallel_moe, usable_device_count
+from shard_tutorial import PROBLEMS, axis_mesh, expert_parallel_moe, usable_device_count
 from shard_tutorial.compiled import collectives
 from shard_tutorial.problem import Case
 from shard_tutorial.problems.expert_parallel_moe import local_argmax, no_return
@@ -171,3 +173,37 @@ def test_bad_input_is_named(args, error, words):
         expert_parallel_moe(*args)
     for word in words:
         assert word in str(info.value)
+
+
+def test_ragged_all_to_all_lowers_but_xla_cpu_cannot_compile_it(device_count):
+    # What the page says of the pinned versions (jax 0.10 and 0.12), on any device count.
+    mesh = axis_mesh("expert", device_count)
+
+    def one_row_to_each(rows):
+        n = jax.lax.axis_size("expert")
+        ones = jnp.ones(n, jnp.int32)
+        here = jnp.full(n, jax.lax.axis_index("expert"), jnp.int32)
+        starts = jnp.arange(n, dtype=jnp.int32)
+        return jax.lax.ragged_all_to_all(
+            rows, jnp.zeros_like(rows), starts, ones, here, ones, axis_name="expert"
+        )
+
+    ragged = jax.jit(
+        jax.shard_map(one_row_to_each, mesh=mesh, in_specs=P("expert"), out_specs=P("expert"))
+    )
+    rows = jax.device_put(
+        jnp.arange(device_count**2 * 2.0).reshape(-1, 2), NamedSharding(mesh, P("expert"))
+    )
+    assert "ragged_all_to_all" in ragged.lower(rows).as_text()
+    with pytest.raises(jax.errors.JaxRuntimeError, match="ragged-all-to-all` is not supported"):
+        ragged(rows)
+
+
+def test_ragged_dot_multiplies_each_group_by_its_matrix():
+    rng = np.random.default_rng(2)
+    lhs = rng.normal(size=(6, 3)).astype(np.float32)
+    rhs = rng.normal(size=(3, 3, 2)).astype(np.float32)
+    sizes = np.array([1, 0, 5], np.int32)
+    got = jax.lax.ragged_dot(jnp.asarray(lhs), jnp.asarray(rhs), jnp.asarray(sizes))
+    want = np.concatenate([lhs[:1] @ rhs[0].astype(np.float64), lhs[1:] @ rhs[2]])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
