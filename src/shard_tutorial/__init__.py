@@ -19,6 +19,7 @@ Examples:
    'data_parallel_sgd_step', 'fsdp_sgd_step', 'tensor_parallel_mlp',
    'nnx_data_parallel_step', 'collective_matmul_all_gather',
    'collective_matmul_reduce_scatter']
+   'nnx_data_parallel_step', 'expert_parallel_moe']
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ _LAZY = {
     # Part V, the parallelisms of large models:
     "collective_matmul_all_gather": "shard_tutorial.problems.collective_matmul_all_gather",
     "collective_matmul_reduce_scatter": "shard_tutorial.problems.collective_matmul_reduce_scatter",
+    "expert_parallel_moe": "shard_tutorial.problems.expert_parallel_moe",
 }
 
 __all__ = [
@@ -81,6 +83,7 @@ __all__ = [
     "data_model_shape",
     "data_parallel_forward",
     "data_parallel_sgd_step",
+    "expert_parallel_moe",
     "fsdp_sgd_step",
     "get_problem",
     "join_cluster",
@@ -138,6 +141,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         collective_matmul_reduce_scatter,
     )
     from shard_tutorial.problems.data_parallel_sgd_step import data_parallel_sgd_step
+    from shard_tutorial.problems.expert_parallel_moe import expert_parallel_moe
     from shard_tutorial.problems.fsdp_sgd_step import fsdp_sgd_step
     from shard_tutorial.problems.nnx_data_parallel_step import nnx_data_parallel_step
     from shard_tutorial.problems.shard_map_all_gather import shard_map_all_gather

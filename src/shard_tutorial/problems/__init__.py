@@ -59,6 +59,7 @@ PROBLEMS: Mapping[str, Problem] = _Registry(
         # Part V, the parallelisms of large models:
         "collective_matmul_all_gather",
         "collective_matmul_reduce_scatter",
+        "expert_parallel_moe",
     )
 )
 """Every problem by name, in the site's reading order."""
