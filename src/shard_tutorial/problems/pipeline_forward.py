@@ -76,8 +76,8 @@ def pipeline_forward(x: jax.Array, w: jax.Array) -> jax.Array:
       On 8 devices, 8 layers run on 8 stages, one each; every stage holds the outputs:
 
       >>> y = pipeline_forward(jnp.ones((4, 2, 3)), jnp.ones((8, 3, 3)) / 3)
-      >>> dict(y.sharding.mesh.shape), tuple(y.sharding.spec)
-      ({'stage': 8}, ())
+      >>> dict(y.sharding.mesh.shape), y.sharding.is_fully_replicated
+      ({'stage': 8}, True)
     """
     _check_inputs(x, w)
     dtype = jnp.result_type(x, w)
