@@ -331,26 +331,26 @@ def _mesh(args: tuple[Any, ...], devices: int) -> tuple[int, ...]:
 
 
 def _w_block_or_output_gather(args: tuple[Any, ...]) -> int:
-    """The smallest all-gather forbidden: one stage's block of w, and more than the outputs.
+    """The smallest all-gather forbidden: one stage's block of w, and more than the outputs'.
 
     An all-gather as large as a stage's block of ``w`` moves layers off their
-    stage, unless it is no larger than the outputs, (M, B, D), which a solution
-    may gather to give every stage a copy (a ``psum_scatter`` then an
-    ``all_gather`` is a ``psum``).
+    stage, unless it is no larger than gathering every stage's copy of the
+    outputs, ``n`` times (M, B, D), which a solution may do to give every stage
+    the last stage's (the budget then says what that costs).
 
     Examples:
       >>> import jax, numpy as np
       >>> from shard_tutorial.problems.pipeline_forward import _w_block_or_output_gather
-      >>> x, w = np.ones((2, 1, 8), np.float32), np.ones((8, 8, 8), np.float32)
+      >>> x, w = np.ones((2, 1, 4), np.float32), np.ones((8, 4, 4), np.float32)
       >>> n = min(8, jax.device_count())  # 8 stages on 8 devices: a block is 1 layer
-      >>> _w_block_or_output_gather((x, w)) == max(8 // n * 256, 64 + 1)
+      >>> _w_block_or_output_gather((x, w)) == max(8 // n * 64, n * 32 + 1)
       True
     """
     x, w = args
     n = usable_device_count(int(np.shape(w)[0]), jax.device_count())
     itemsize = np.dtype(jnp.result_type(x.dtype, w.dtype)).itemsize
     block = int(np.size(w)) // n * itemsize
-    return max(block, int(np.size(x)) * itemsize + 1)
+    return max(block, n * int(np.size(x)) * itemsize + 1)
 
 
 TECHNIQUE = Technique(
