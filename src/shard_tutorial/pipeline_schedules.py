@@ -122,7 +122,7 @@ class Schedule:
                 if step.kind == "F":
                     end = backward.get((step.microbatch, step.chunk), step.start) + 1
                     held[step.start : end] += 1 / self.chunks
-            peaks[device] = float(held.max())
+            peaks[device] = float(np.max(held))
         return peaks
 
     def grid(self) -> list[list[Step | None]]:
