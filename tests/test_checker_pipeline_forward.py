@@ -262,7 +262,7 @@ def by_psum_not_ppermute(x, w):
 
 
 SMALL_OUTPUT = "M=2, L=8: the bubble is most of the schedule"  # w outweighs 8 output copies
-LAST = "M=16, B=4, D=16, L=8"
+LAST = "M=8, B=4, D=16, L=8"
 
 # (shortcut, case, verdict on 8 devices, words of its message, verdict on 1 device)
 SHORTCUTS = [
@@ -273,8 +273,8 @@ SHORTCUTS = [
     (wraps_the_reference, SPLIT, "reference", "package's own", "reference"),
     (by_psum_not_ppermute, SPLIT, "technique", "no collective-permute", "technique"),
     (w_gathered_then_pipelined, SMALL_OUTPUT, "technique", "never leave", "pass"),
-    (outputs_round_the_ring, LAST, "budget", "sends 34,304 bytes", "pass"),
-    (outputs_gathered_from_every_stage, LAST, "budget", "sends 34,304 bytes", "pass"),
+    (outputs_round_the_ring, LAST, "budget", "sends 17,920 bytes", "pass"),
+    (outputs_gathered_from_every_stage, LAST, "budget", "sends 17,920 bytes", "pass"),
 ]
 
 
@@ -296,14 +296,14 @@ def test_each_shortcut_gets_the_verdict_it_deserves(
 
 
 def test_the_budget_is_what_the_right_solution_sends(device_count):
-    # M=16, B=4, D=16 on 8 stages: 22 activations of 256 bytes, and one all-reduce of
-    # 4,096 bytes (2 x 7/8 of it sent): 5,632 + 7,168 = 12,800 bytes per device.
+    # M=8, B=4, D=16 on 8 stages: 14 activations of 256 bytes, and one all-reduce of
+    # 2,048 bytes (2 x 7/8 of it sent): 3,584 + 3,584 = 7,168 bytes per device.
     (case,) = [c for c in PROBLEM.cases if c.label == LAST]
     limits = PROBLEM.budget.limits(PROBLEM.arranged(case))
-    assert limits["sent"] == (12_800 if device_count == 8 else 0)
+    assert limits["sent"] == (7_168 if device_count == 8 else 0)
     if device_count == 8:
         _, message = judged(PROBLEM, outputs_round_the_ring, case)
-        assert "allows 12,800" in message  # 7 x 4,096 for the outputs instead of 7,168
+        assert "allows 7,168" in message  # 7 x 2,048 for the outputs instead of 3,584
 
 
 def test_the_files_define_the_problems_function():

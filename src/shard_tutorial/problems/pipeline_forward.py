@@ -321,7 +321,7 @@ def _cases() -> list[Case]:
         case("L=9: 3 stages of 3 layers", 3, 2, 5, 9),
         case("L=7: 7 stages, a prime", 6, 1, 3, 7),
         case("L=1: one stage, no pipeline", 3, 2, 3, 1),
-        case("M=16, B=4, D=16, L=8", 16, 4, 16, 8),
+        case("M=8, B=4, D=16, L=8", 8, 4, 16, 8),
     ]
 
 
