@@ -173,7 +173,7 @@ def test_generated_cases_keep_the_contract_and_match_numpy(assert_matches_oracle
 
 def test_the_oracle_is_the_network_written_out():
     for case in PROBLEM.cases:
-        np.testing.assert_allclose(PROBLEM.oracle(*case.args), _numpy(*case.args), 1e-12)
+        np.testing.assert_allclose(PROBLEM.oracle(*case.args), _numpy(*case.args), 1e-12, 1e-12)
 
 
 # --- what the explanations recognise, on wrong answers built in NumPy -----------------
