@@ -45,6 +45,13 @@ def test_stage_2_waits_two_ticks_and_the_pipeline_matches_one_device():
     assert labelled(text, "largest difference:")[0] < 1e-5
 
 
+def test_the_solution_gives_every_stage_every_output():
+    text = cell_output("y = pipeline_forward(x, w)")
+    assert "{'stage': 8} replicated: True" in text
+    assert labelled(text, "largest difference:")[0] < 1e-5
+    assert "cpu:7 holds outputs of shape (4, 2, 8)" in text
+
+
 def test_the_recorded_schedule_is_gpipes_and_its_bubble_is_printed():
     text = cell_output("y, ticks = pipeline_forward_schedule(x, w)")
     assert "[[ 0  1  2  3 -1 -1 -1 -1 -1 -1 -1]" in text
