@@ -20,6 +20,7 @@ Examples:
    'nnx_data_parallel_step', 'collective_matmul_all_gather',
    'collective_matmul_reduce_scatter']
    'nnx_data_parallel_step', 'expert_parallel_moe']
+   'nnx_data_parallel_step', 'pipeline_forward']
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ _LAZY = {
     "collective_matmul_all_gather": "shard_tutorial.problems.collective_matmul_all_gather",
     "collective_matmul_reduce_scatter": "shard_tutorial.problems.collective_matmul_reduce_scatter",
     "expert_parallel_moe": "shard_tutorial.problems.expert_parallel_moe",
+    "pipeline_forward": "shard_tutorial.problems.pipeline_forward",
 }
 
 __all__ = [
@@ -89,6 +91,7 @@ __all__ = [
     "join_cluster",
     "launch",
     "nnx_data_parallel_step",
+    "pipeline_forward",
     "place",
     "reference_copy",
     "shard_map_all_gather",
@@ -144,6 +147,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from shard_tutorial.problems.expert_parallel_moe import expert_parallel_moe
     from shard_tutorial.problems.fsdp_sgd_step import fsdp_sgd_step
     from shard_tutorial.problems.nnx_data_parallel_step import nnx_data_parallel_step
+    from shard_tutorial.problems.pipeline_forward import pipeline_forward
     from shard_tutorial.problems.shard_map_all_gather import shard_map_all_gather
     from shard_tutorial.problems.shard_map_all_to_all import shard_map_all_to_all
     from shard_tutorial.problems.shard_map_axis_index import shard_map_axis_index

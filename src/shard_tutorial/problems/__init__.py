@@ -60,6 +60,7 @@ PROBLEMS: Mapping[str, Problem] = _Registry(
         "collective_matmul_all_gather",
         "collective_matmul_reduce_scatter",
         "expert_parallel_moe",
+        "pipeline_forward",
     )
 )
 """Every problem by name, in the site's reading order."""
