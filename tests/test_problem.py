@@ -199,6 +199,7 @@ def test_the_registry_lists_every_problem_in_reading_order_and_loads_on_demand()
         "tensor_parallel_mlp",
         "nnx_data_parallel_step",
     ]
+    order += ["ring_attention"]  # Part V, the parallelisms of large models
     assert out.stdout.strip() == f"{order} [] ['shard_tutorial.problems.shard_map_psum']"
     assert len(PROBLEMS) == len(order)
     with pytest.raises(KeyError):

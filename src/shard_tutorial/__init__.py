@@ -17,7 +17,7 @@ Examples:
    'shard_map_pmean', 'shard_map_all_gather', 'shard_map_ppermute',
    'shard_map_psum_scatter', 'shard_map_all_to_all', 'shard_map_axis_index',
    'data_parallel_sgd_step', 'fsdp_sgd_step', 'tensor_parallel_mlp',
-   'nnx_data_parallel_step']
+   'nnx_data_parallel_step', 'ring_attention']
 """
 
 from __future__ import annotations
@@ -61,6 +61,8 @@ _LAZY = {
     "shard_map_psum_scatter": "shard_tutorial.problems.shard_map_psum_scatter",
     "shard_map_all_to_all": "shard_tutorial.problems.shard_map_all_to_all",
     "shard_map_axis_index": "shard_tutorial.problems.shard_map_axis_index",
+    # Part V, the parallelisms of large models:
+    "ring_attention": "shard_tutorial.problems.ring_attention",
 }
 
 __all__ = [
@@ -82,6 +84,7 @@ __all__ = [
     "nnx_data_parallel_step",
     "place",
     "reference_copy",
+    "ring_attention",
     "shard_map_all_gather",
     "shard_map_all_to_all",
     "shard_map_axis_index",
@@ -130,6 +133,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from shard_tutorial.problems.data_parallel_sgd_step import data_parallel_sgd_step
     from shard_tutorial.problems.fsdp_sgd_step import fsdp_sgd_step
     from shard_tutorial.problems.nnx_data_parallel_step import nnx_data_parallel_step
+    from shard_tutorial.problems.ring_attention import ring_attention
     from shard_tutorial.problems.shard_map_all_gather import shard_map_all_gather
     from shard_tutorial.problems.shard_map_all_to_all import shard_map_all_to_all
     from shard_tutorial.problems.shard_map_axis_index import shard_map_axis_index

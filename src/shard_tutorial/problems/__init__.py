@@ -56,6 +56,8 @@ PROBLEMS: Mapping[str, Problem] = _Registry(
         "fsdp_sgd_step",
         "tensor_parallel_mlp",
         "nnx_data_parallel_step",
+        # Part V, the parallelisms of large models:
+        "ring_attention",
     )
 )
 """Every problem by name, in the site's reading order."""
