@@ -137,7 +137,9 @@ def _attend_round_the_ring(
     running_sum = jnp.zeros((rows,), wide)
     out = jnp.zeros((rows, depth), wide)
     for step in range(devices):
-        if step > 0:  # pass the blocks on: each device gets the previous device's
+        # Pass the blocks on: each device gets the previous device's. (On one device, the
+        # ring of one: a hop to itself, which XLA drops from the compiled program.)
+        if step > 0 or devices == 1:
             # Not before this step's block is used: else XLA may fetch every block early.
             k, v, out = jax.lax.optimization_barrier((k, v, out))
             k, v = jax.lax.ppermute((k, v), "seq", perm=to_next)
@@ -147,7 +149,7 @@ def _attend_round_the_ring(
             scores = jnp.where(theirs[None, :] <= mine[:, None], scores, -jnp.inf)
         # The softmax is unchanged by the maximum it subtracts: no gradient through it.
         new_max = jax.lax.stop_gradient(jnp.maximum(running_max, scores.max(axis=1)))
-        rescale = jnp.exp(running_max - new_max)  # what the old terms were scaled by, undone
+        rescale = jnp.exp(running_max - new_max)  # brings the terms so far to the new maximum
         weights = jnp.exp(scores - new_max[:, None])
         running_sum = running_sum * rescale + weights.sum(axis=1)
         out = out * rescale[:, None] + weights @ v.astype(wide)
@@ -206,11 +208,11 @@ def causal_work(length: int, devices: int, *, zigzag: bool = False) -> np.ndarra
       array([3, 4, 4, 4])
     """
     blocks = 2 * devices if zigzag else devices
+    if devices >= 1 and (length < 1 or length % blocks):
+        msg = f"length must be a positive multiple of {blocks}, got {length}"
+        raise ValueError(msg)
     if devices < 1 or devices > jax.device_count():
         msg = f"devices must be between 1 and {jax.device_count()}, got {devices}"
-        raise ValueError(msg)
-    if length < 1 or length % blocks:
-        msg = f"length must be a positive multiple of {blocks}, got {length}"
         raise ValueError(msg)
     positions = np.arange(length, dtype=np.int32)
     if zigzag:  # device i: chunk i, then chunk 2n - 1 - i
@@ -454,7 +456,8 @@ def _limits(args: tuple[Any, ...]) -> dict[str, float]:
     ``sent``: each of the ``n`` devices sends its ``(T / n, D)`` blocks of ``k``
     and ``v`` on ``n - 1`` hops. ``held``: the buffers XLA assigns a device for
     any one program of the call (arguments, outputs and temporaries) must come to
-    less than the whole of ``k`` and ``v``. Stated only on several devices and
+    less than a device needs to hold the whole of ``k`` and ``v`` besides its own
+    blocks of ``q``, ``k``, ``v`` and of the output. Stated only on several devices and
     where ``k`` and ``v`` come to at least :data:`HELD_FROM` bytes: below that,
     the per-row vectors of every step and XLA's other buffers outweigh the blocks
     (measured in tests/problems/test_ring_attention.py). XLA's ``peak`` cannot
@@ -467,7 +470,7 @@ def _limits(args: tuple[Any, ...]) -> dict[str, float]:
       >>> _limits(args) == {"sent": (n - 1) * 2 * (16 // n) * 4 * 4}
       True
       >>> big = (np.ones((512, 64), np.float32),) * 3 + (True,)
-      >>> _limits(big).get("held") == (2 * 512 * 64 * 4 - 1 if n > 1 else None)
+      >>> _limits(big).get("held") == (4 * 64 * 64 * 4 + 2 * 512 * 64 * 4 - 1 if n == 8 else None)
       True
     """
     k = args[1]
@@ -477,7 +480,7 @@ def _limits(args: tuple[Any, ...]) -> dict[str, float]:
     limits: dict[str, float] = {"sent": (n - 1) * 2 * block}
     whole = 2 * _whole(args)  # k and v
     if n > 1 and whole >= HELD_FROM:
-        limits["held"] = whole - 1
+        limits["held"] = 4 * block + whole - 1  # its blocks of q, k, v, out; all of k, v
     return limits
 
 
@@ -488,9 +491,8 @@ HELD_FROM = 64 * 1024
 BUDGET = Budget(
     _limits,
     "ring attention sends each device's blocks of k and v round the ring, n - 1 hops, "
-    "and never holds the whole of k and v at once. Compiled, XLA may receive every "
-    "block ahead of the step that uses it: make each hop wait for the step before it "
-    "(jax.lax.optimization_barrier, or the steps in a jax.lax.fori_loop)",
+    "and never holds the whole of k and v: gathering them, or joining the blocks as they "
+    "come, holds more",
 )
 """What a solution may send and hold per device: the ring's hops, less than gathering."""
 
