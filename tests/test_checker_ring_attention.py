@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from judging import check_here, judged, pasted_reference
 
-from shard_tutorial import PROBLEMS
+from shard_tutorial import PROBLEMS, usable_device_count
 from shard_tutorial._check_worker import load_solution
 
 NAME = "ring_attention"
@@ -150,7 +150,11 @@ def test_the_mask_from_the_wrong_direction_fails_with_its_explanation(tmp_path, 
 
 
 def _attend(q, k, v, causal):
-    return PROBLEM.unsharded(q, k, v, causal)
+    """Plain attention on whatever devices hold q, k and v (not the package's code)."""
+    scores = q @ k.T / np.sqrt(q.shape[1])
+    if causal:
+        scores = jnp.where(jnp.tril(jnp.ones(scores.shape, bool)), scores, -jnp.inf)
+    return jax.nn.softmax(scores, axis=1) @ v
 
 
 def gathered(q, k, v, causal=False):
@@ -209,13 +213,13 @@ def collected(q, k, v, causal=False):
 
 
 def automatic(q, k, v, causal=False):
-    """jax.jit's automatic partitioning of the plain attention, rows over "seq"."""
-    from jax.sharding import NamedSharding  # noqa: PLC0415
+    """jax.jit's automatic partitioning of the plain attention, rows over "seq" (Auto axes)."""
+    from jax.sharding import AxisType, NamedSharding  # noqa: PLC0415
     from jax.sharding import PartitionSpec as P  # noqa: PLC0415
 
-    from shard_tutorial import axis_mesh  # noqa: PLC0415
-
-    rows = NamedSharding(axis_mesh("seq", q.shape[0]), P("seq", None))
+    n = usable_device_count(q.shape[0])
+    mesh = jax.make_mesh((n,), ("seq",), axis_types=(AxisType.Auto,), devices=jax.devices()[:n])
+    rows = NamedSharding(mesh, P("seq", None))
     q, k, v = (jax.device_put(a, rows) for a in (q, k, v))
     return jax.jit(_attend, static_argnums=3)(q, k, v, causal)
 
@@ -245,7 +249,7 @@ SHORTCUTS = [
     (gathered, "technique", "all-gather", "technique"),
     (automatic, "technique", "automatic partitioning", "technique"),
     (one_device, "placement", "1 device", "pass"),
-    (dead_ring, "placement", "computed on 1 device", "technique"),
+    (dead_ring, "placement", "lies on 1 device", "technique"),
 ]
 
 
