@@ -21,6 +21,7 @@ Examples:
    'collective_matmul_reduce_scatter']
    'nnx_data_parallel_step', 'expert_parallel_moe']
    'nnx_data_parallel_step', 'pipeline_forward']
+   'nnx_data_parallel_step', 'ring_attention']
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ _LAZY = {
     "collective_matmul_reduce_scatter": "shard_tutorial.problems.collective_matmul_reduce_scatter",
     "expert_parallel_moe": "shard_tutorial.problems.expert_parallel_moe",
     "pipeline_forward": "shard_tutorial.problems.pipeline_forward",
+    "ring_attention": "shard_tutorial.problems.ring_attention",
 }
 
 __all__ = [
@@ -94,6 +96,7 @@ __all__ = [
     "pipeline_forward",
     "place",
     "reference_copy",
+    "ring_attention",
     "shard_map_all_gather",
     "shard_map_all_to_all",
     "shard_map_axis_index",
@@ -148,6 +151,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from shard_tutorial.problems.fsdp_sgd_step import fsdp_sgd_step
     from shard_tutorial.problems.nnx_data_parallel_step import nnx_data_parallel_step
     from shard_tutorial.problems.pipeline_forward import pipeline_forward
+    from shard_tutorial.problems.ring_attention import ring_attention
     from shard_tutorial.problems.shard_map_all_gather import shard_map_all_gather
     from shard_tutorial.problems.shard_map_all_to_all import shard_map_all_to_all
     from shard_tutorial.problems.shard_map_axis_index import shard_map_axis_index

@@ -329,7 +329,24 @@ def _judge_budget(
                 f"analysis of the compiled program), where this problem allows "
                 f"{float(limits['peak']):,.0f}: {budget.why}"
             )
+    if "held" in limits:
+        held = max((_buffers(p.get("memory", {})) for p in programs), default=0)
+        if held > float(limits["held"]):
+            return "budget", (
+                f"right values, but one device's program holds {held:,} bytes in its "
+                "arguments, outputs and temporaries (XLA's memory analysis of the compiled "
+                f"program), where this problem allows {float(limits['held']):,.0f}: {budget.why}"
+            )
     return None
+
+
+def _buffers(memory: dict[str, Any]) -> int:
+    """All the bytes XLA assigns one device for a program: arguments, outputs, temporaries.
+
+    Outputs that reuse an argument's buffer (``alias``) are counted once.
+    """
+    parts = ("argument", "output", "temp")
+    return sum(int(memory.get(key, 0)) for key in parts) - int(memory.get("alias", 0))
 
 
 def _judge_technique(

@@ -139,11 +139,18 @@ class Budget:
       programs (over more than one device), each counted as its ring algorithm sends
       it (:func:`shard_tutorial.compiled.ring_bytes`);
     - ``peak``: the most bytes one device holds at once within any one of those
-      programs, from XLA's memory analysis (arguments, outputs and temporaries).
+      programs, from XLA's memory analysis (``peak_memory_in_bytes``; on the CPU
+      backend of jax 0.10 and 0.12 it counts the arguments and outputs only, not
+      the temporaries);
+    - ``held``: the most bytes XLA assigns one device for any one of those
+      programs: arguments, outputs and temporaries added up (an output that
+      reuses an argument's buffer counted once). This is the figure that sees
+      what a program gathers into its temporaries.
 
     Attributes:
       limits: given a case's arguments as the contract lays them out (on the
-        worker's devices), the most allowed: ``{"sent": bytes, "peak": bytes}``,
+        worker's devices), the most allowed: ``{"sent": bytes, "peak": bytes,
+        "held": bytes}``,
         a key left out for no limit. It runs in the checker's worker before the
         solution's file loads, and may compile the package's programs (another
         strategy's step, to compare with).

@@ -61,6 +61,7 @@ PROBLEMS: Mapping[str, Problem] = _Registry(
         "collective_matmul_reduce_scatter",
         "expert_parallel_moe",
         "pipeline_forward",
+        "ring_attention",
     )
 )
 """Every problem by name, in the site's reading order."""
