@@ -180,6 +180,15 @@ def init_params(config: TransformerConfig, key: jax.Array) -> dict[str, Any]:
       >>> sorted(params), len(params["layers"]), params["layers"][0]["wk"].shape
       (['embed', 'final_norm', 'head', 'layers'], 2, (32, 16))
     """
+    return _jitted_init(config)(key)
+
+
+@functools.cache
+def _jitted_init(config: TransformerConfig) -> Callable[[jax.Array], dict[str, Any]]:
+    return jax.jit(functools.partial(_init, config))  # one program, not one per array
+
+
+def _init(config: TransformerConfig, key: jax.Array) -> dict[str, Any]:
     d, hd = config.d_model, config.head_dim
     shapes = {
         "attn_norm": (d,),
@@ -229,7 +238,7 @@ def param_shapes(config: TransformerConfig) -> dict[str, Any]:
 
 @functools.cache
 def _param_shapes(config: TransformerConfig) -> dict[str, Any]:
-    return jax.eval_shape(lambda: init_params(config, jax.random.key(0)))
+    return jax.eval_shape(lambda: _init(config, jax.random.key(0)))
 
 
 def _check_strategy(strategy: object) -> str:
