@@ -955,7 +955,6 @@ def _figure(series: dict[str, list[Costs]], budget: int) -> Figure:
             ys = [getattr(c, field) / GB for c in rows]
             ax.plot(xs, ys, color=colour, linestyle=dashes, marker=marker, label=strategy,
                     linewidth=2, markeredgecolor=INK, markeredgewidth=0.6)  # fmt: skip
-            ax.annotate(f" {strategy}", (xs[-1], ys[-1]), color=INK, fontsize=9, va="center")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_ylabel("GB", color=INK)
@@ -966,9 +965,12 @@ def _figure(series: dict[str, list[Costs]], budget: int) -> Figure:
             side.set_color(INK)
         ax.grid(True, which="major", color="#BBBBBB", linewidth=0.5)
     top.axhline(budget / GB, color=INK, linewidth=1.2)
-    top.annotate(f"{budget / GB:.0f} GB", (series[next(iter(series))][0].devices,
-                 budget / GB), color=INK, fontsize=9, va="bottom")  # fmt: skip
+    top.text(
+        0.01, budget / GB, f" {budget / GB:.0f} GB", color=INK, fontsize=9, va="top",
+        transform=top.get_yaxis_transform(),
+    )  # fmt: skip
     top.legend(frameon=False, labelcolor=INK, fontsize=9, loc="lower left")
+    bottom.legend(frameon=False, labelcolor=INK, fontsize=9, loc="upper right")
     bottom.set_xlabel("devices", color=INK)
     devices = [c.devices for c in series[next(iter(series))]]
     bottom.set_xticks(devices, [str(d) for d in devices])
@@ -980,8 +982,8 @@ def chart(series: dict[str, list[Costs]], *, budget: int = 80 * GB) -> Picture:
 
     ``series`` maps each strategy to its :class:`Costs` at growing device
     counts. Log scales on both axes; a horizontal line at ``budget`` bytes.
-    Every line has its own dash pattern and marker and is labelled at its end;
-    the text alternative gives every figure.
+    Every line has its own dash pattern and marker, named in each panel's
+    legend; the text alternative gives every figure.
 
     Examples:
       >>> from shard_tutorial.costs import LLAMA3_8B, chart, costs
