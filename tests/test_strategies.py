@@ -163,6 +163,17 @@ def test_the_table_and_the_chart_give_every_figure_measured():
     assert 'alt="Bar charts comparing DP, FSDP, TP.' in picture._repr_html_()
 
 
+def test_the_memory_analysis_counts_what_each_device_is_given_and_returns():
+    w1, w2, x, y = make_problem()
+    for m in compare(w1, w2, x, y, LR, repeats=1):
+        rows = math.prod(m.mesh.values()) // m.mesh.get("model", 1)  # devices splitting x, y
+        assert m.memory["argument"] == m.param_bytes + (x.nbytes + y.nbytes) // rows + 4
+        # The new w1 and w2, and the tuple that returns them: 8 bytes per entry on CPU.
+        assert m.memory["output"] == m.param_bytes + 2 * 8
+        assert m.memory["temp"] > 0
+        assert m.memory["peak"] >= m.memory["argument"]
+
+
 def test_measure_times_a_step_and_returns_the_new_parameters():
     problem = make_problem(seed=2)
     m = measure("TP", *problem, LR, repeats=3)

@@ -26,6 +26,7 @@ NOTEBOOK_PAGES = [
     "migrating",
     "training/gradients",
     "training/strategies",
+    "training/costs-at-scale",
     "training/training-run",
     "parallelism/transformer-block",
     *PROBLEM_PAGES,

@@ -173,5 +173,35 @@ def test_gathering_again_in_the_backward_pass_costs_one_and_a_half_times_dp(soup
 def test_the_summary_says_what_the_figures_show(soup):
     text = " ".join(soup.get_text(" ").split())
     assert "move more data per step" not in text
-    assert "FSDP sends as much as DP for it, or 1.5 times as much" in text
-    assert "grows with the activations" in text
+    assert "computes the same bytes from shapes alone for a model the size of Llama 3 8B" in text
+    link = soup.select_one("a[href$='costs-at-scale.html']")
+    assert link is not None
+
+
+def test_memory_per_device_from_the_compiled_step(soup):
+    text = "\n".join(div.get_text() for div in soup.select("div.cell_output pre"))
+    rows = {
+        name: tuple(number(v) for v in values)
+        for name, *values in re.findall(
+            r"^(DP|FSDP|TP)\s+([\d,]+)\s+([\d,]+)\s+([\d,]+)\s+([\d,]+)\s+([\d,]+)$",
+            text,
+            re.MULTILINE,
+        )
+    }
+    # stored parameters, arguments, outputs, temporaries, peak
+    assert rows["DP"][:3] == (6144, 6144 + 384 + 4, 6144 + 16)
+    assert rows["FSDP"][:3] == (768, 768 + 384 + 4, 768 + 16)
+    assert rows["TP"][:3] == (1536, 1536 + 1536 + 4, 1536 + 16)
+    for _stored, arguments, outputs, _, peak in rows.values():
+        assert peak == arguments + outputs  # what the CPU backend reports as peak
+    assert rows["FSDP"][3] > rows["DP"][3]  # the gathered weights live on
+    remat = re.search(r"temporaries: ([\d,]+) bytes, FSDP's without jax.checkpoint: ([\d,]+)", text)
+    assert remat is not None
+    assert number(remat[1]) < number(remat[2]) == rows["FSDP"][3]
+
+
+def test_zero_stages_count_the_optimizer_state(soup):
+    text = "\n".join(div.get_text() for div in soup.select("div.cell_output pre"))
+    assert "ZeRO-1 6,144 + 6,144 + 2 x   768 = 13,824 bytes" in text
+    assert "ZeRO-3   768 +   768 + 2 x   768 =  3,072 bytes" in text
+    assert "DP     6,144 + 6,144 + 1 x 6,144 = 18,432 bytes" in text

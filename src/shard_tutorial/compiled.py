@@ -30,6 +30,7 @@ __all__ = [
     "compiled_text",
     "group_size",
     "host_callbacks",
+    "memory",
     "num_devices",
     "parse_collectives",
     "program_lines",
@@ -123,6 +124,35 @@ def compiled_text(f: Callable[..., Any], *args: Any) -> str:
       True
     """
     return str(jax.jit(f).lower(*args).compile().as_text())
+
+
+def memory(f: Callable[..., Any], *args: Any) -> dict[str, int]:
+    """What XLA's memory analysis of the program compiled for ``f(*args)`` says one device holds.
+
+    Read from ``jax.jit(f).lower(*args).compile().memory_analysis()``, in bytes:
+    ``argument`` (the arguments' buffers), ``output`` (the results', with the
+    tuple that holds them: 8 bytes per result on the CPU backend), ``temp``
+    (the temporaries: everything the program makes and drops, laid out in one
+    buffer whose parts are reused), ``alias`` (results that reuse an argument's
+    buffer) and ``peak`` (what the backend reports as the most held at once:
+    on CPU, the arguments and outputs without the temporaries).
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from shard_tutorial.compiled import memory
+      >>> found = memory(lambda x: (x * 2, x.sum()), jnp.ones(4))
+      >>> found["argument"], found["output"]  # 16 bytes in; 16 + 4 out, 2 tuple entries
+      (16, 36)
+    """
+    analysis = jax.jit(f).lower(*args).compile().memory_analysis()
+    fields = {
+        "argument": "argument_size_in_bytes",
+        "output": "output_size_in_bytes",
+        "temp": "temp_size_in_bytes",
+        "alias": "alias_size_in_bytes",
+        "peak": "peak_memory_in_bytes",
+    }
+    return {key: int(getattr(analysis, name, 0) or 0) for key, name in fields.items()}
 
 
 def program_lines(f: Callable[..., Any], *args: Any, op: str) -> list[str]:

@@ -37,7 +37,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shard_tutorial.compiled import Collective, collectives
+from shard_tutorial.compiled import Collective, collectives, memory
 from shard_tutorial.meshes import data_mesh, data_model_mesh, place
 from shard_tutorial.pictures import Picture, svg_source
 from shard_tutorial.validation import (
@@ -413,6 +413,9 @@ class Measurement:
         disturbed by other work). Fake CPU devices share the machine's cores:
         this is not a measure of speed-up.
       params: the new ``(w1, w2)`` after one step, as NumPy arrays.
+      memory: XLA's memory analysis of the compiled step, per device, in bytes
+        (``argument``, ``output``, ``temp``, ``alias``, ``peak``: see
+        :func:`shard_tutorial.compiled.memory`).
     """
 
     strategy: str
@@ -422,6 +425,7 @@ class Measurement:
     collectives: tuple[Collective, ...]
     step_seconds: float
     params: tuple[np.ndarray, np.ndarray]
+    memory: dict[str, int] = dataclasses.field(default_factory=dict, compare=False)
 
     @property
     def collective_bytes(self) -> int:
@@ -465,6 +469,8 @@ def measure(
       ({'data': 8}, 768, 768)
       >>> sorted({c.kind for c in fsdp.collectives})
       ['all-gather', 'reduce-scatter']
+      >>> fsdp.memory["argument"]  # w1 and w2's rows, x and y's rows, lr: 768 + 384 + 4
+      1156
     """
     repeats = require_count(repeats, "repeats")
     mesh, placed = _placed(strategy, w1, w2, x, y)  # type: ignore[arg-type]
@@ -485,6 +491,7 @@ def measure(
         collectives=tuple(collectives(step, *placed, lr)),
         step_seconds=min(times),
         params=(np.asarray(new[0]), np.asarray(new[1])),
+        memory=memory(step, *placed, lr),
     )
 
 
