@@ -104,6 +104,7 @@ def test_flax_annotations_give_the_fsdp_and_tp_layouts():
     assert "['up']['kernel'].value P(None, 'model')" in tp
     assert "['down']['kernel'].value P('model', None)" in tp
     assert "float32[4,16@model] float32[16@model,4]" in tp
+    assert "[P('model', None), P(None, 'model')]" in tp  # nnx.get_named_sharding
     refused = cell_output("# no mesh set here")
     assert "ValueError" in refused
     assert "4844-var-eager-sharding" in refused
