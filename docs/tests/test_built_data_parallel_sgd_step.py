@@ -111,3 +111,32 @@ def test_the_solution_dropdown_shows_the_step_and_its_helpers():
 def test_vma_types_are_left_to_the_gradients_page():
     links = [a["href"] for a in page().select("a.reference.internal") if a.get("href")]
     assert any(href.split("#")[0].endswith("gradients.html") for href in links), links
+
+
+def _runs(text: str) -> list[int]:
+    """How many times per step each listed all-reduce runs ("2 x all-reduce -> ...")."""
+    return [int(n) for n in re.findall(r"^(\d+) x all-reduce", text, re.MULTILINE)]
+
+
+def test_accumulating_with_a_pmean_loss_all_reduces_in_every_microbatch():
+    text = cell_output("def reduced_every_microbatch(")
+    assert _runs(text) == [2], text
+    difference = re.search(r"largest difference from NumPy: (\S+)", text)
+    assert difference, text
+    assert float(difference[1]) < 1e-5
+
+
+def test_accumulating_varying_gradients_all_reduces_once_and_equals_the_full_step():
+    text = cell_output("def accumulated_step(")
+    assert _runs(text) == [1], text
+    assert "(32 bytes)" in text
+    for label in ("from NumPy:", "from the full step:"):
+        difference = re.search(rf"largest difference {label} +(\S+)", text)
+        assert difference, text
+        assert float(difference[1]) < 1e-5
+
+
+def test_the_cpu_program_has_no_asynchronous_all_reduce_to_overlap():
+    text = cell_output('for op in ("all-reduce", "all-reduce-start"')
+    lines = [" ".join(line.split()) for line in text.splitlines() if line.strip()]
+    assert lines == ["all-reduce: 1", "all-reduce-start: 0", "all-reduce-done: 0"]

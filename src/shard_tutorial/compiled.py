@@ -28,11 +28,13 @@ __all__ = [
     "Collective",
     "collectives",
     "compiled_text",
+    "count_runs",
     "group_size",
     "host_callbacks",
     "memory",
     "num_devices",
     "parse_collectives",
+    "parse_runs",
     "program_lines",
     "ring_bytes",
 ]
@@ -57,6 +59,15 @@ _EXPLICIT = re.compile(r"(^|/)shard_map/")
 _MESH_GROUPS = re.compile(r"mesh\[(?P<mesh>[^\]]*)\]\s*\{(?P<axes>[^}]*)\}")
 _DEFINITION = re.compile(r"\s*(?:ROOT\s+)?(?P<name>%[\w.\-]+)\s*=\s*(?P<type>\([^=]*?\)|\S+)\s")
 _COMMENT = re.compile(r"/\*.*?\*/")
+# A computation's first line: "%region_0.4_spmd (param: ...) -> ... {", "ENTRY %main.7 (...".
+_COMPUTATION = re.compile(r"^(?P<entry>ENTRY\s+)?%?(?P<name>[\w.\-]+)\s*\(.*\{\s*$")
+_WHILE_BODY = re.compile(r"\swhile\(")
+_TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
+# What an operation calls: body=%b, condition=%c, calls=%f, to_apply=%r, branch_computations={%a, %b}.
+_CALLED = re.compile(
+    r"\b(body|condition|calls|to_apply|branch_computations|called_computations)="
+    r"(\{[^}]*\}|%?[\w.\-]+)"
+)
 # A call back into Python from a program (jax.pure_callback, io_callback, jax.debug.print):
 # a custom-call whose target names a Python callback, e.g. xla_ffi_python_cpu_callback.
 _CALLBACK = re.compile(
@@ -270,6 +281,119 @@ def parse_collectives(program: str, *, resolve_operands: bool = False) -> list[C
                 operand_bytes=operands,
             )
         )
+    return found
+
+
+def count_runs(f: Callable[..., Any], *args: Any) -> list[tuple[Collective, int | None]]:
+    """Each collective of the program XLA compiles for ``f(*args)``, with how often one call runs it.
+
+    A collective inside a loop (a ``jax.lax.scan`` or ``jax.lax.fori_loop``, a
+    ``while`` in the compiled program) is written once in the program's text but
+    runs once per iteration: :func:`collectives` lists it once, this function
+    says how many times it runs (see :func:`parse_runs`).
+
+    Args:
+      f: the function, jitted or not (it is passed through ``jax.jit``).
+      *args: its arguments, laid out as a caller would pass them.
+
+    Returns:
+      ``(collective, runs)`` pairs in program order, ``runs`` None where a loop
+      around it has no trip count XLA knows.
+
+    Examples:
+      A psum in a scan of 4 steps runs 4 times; the one after it, once:
+
+      >>> import jax
+      >>> import jax.numpy as jnp
+      >>> from jax.sharding import NamedSharding, PartitionSpec as P
+      >>> from shard_tutorial import data_mesh, place
+      >>> from shard_tutorial.compiled import collectives, count_runs
+      >>> mesh = data_mesh(8)
+      >>> def body(x):
+      ...     def step(carry, _):  # the psum depends on the carry: it stays in the loop
+      ...         return carry + jax.lax.psum(carry * jnp.sum(x), "data"), None
+      ...     total, _ = jax.lax.scan(step, jnp.ones(()), length=4)
+      ...     return total + jax.lax.psum(jnp.sum(x), "data")
+      >>> f = jax.shard_map(body, mesh=mesh, in_specs=P("data"), out_specs=P())
+      >>> x = place(jnp.arange(8.0), NamedSharding(mesh, P("data")))
+      >>> [(c.kind, c.result, runs) for c, runs in count_runs(f, x)]
+      [('all-reduce', 'f32[]', 4), ('all-reduce', 'f32[]', 1)]
+      >>> len(collectives(f, x))  # the same two, each listed once
+      2
+    """
+    return parse_runs(compiled_text(f, *args))
+
+
+def parse_runs(program: str) -> list[tuple[Collective, int | None]]:
+    r"""The collectives in the text of a compiled program, with how often one call runs each.
+
+    The text is split into its computations (``%name (...) -> ... {`` up to
+    ``}``); from the ``ENTRY`` computation, each computation it calls runs as
+    often as its caller, except the body and condition of a ``while``, which run
+    as often as the caller times the loop's ``known_trip_count`` (XLA's
+    annotation; None where it gives none). A computation called from several
+    places adds up its runs.
+
+    Args:
+      program: the text, as ``compiled.as_text()`` prints it.
+
+    Returns:
+      ``(collective, runs)`` pairs, the collectives of :func:`parse_collectives`
+      computation by computation; a computation the entry never calls is left out.
+
+    Examples:
+      >>> from shard_tutorial.compiled import parse_runs
+      >>> program = "\n".join([
+      ...     "%body (p: f32[2]) -> f32[2] {",
+      ...     "  ROOT %ar = f32[2]{0} all-reduce(%p), replica_groups={{0,1}}, to_apply=%add",
+      ...     "}",
+      ...     "ENTRY %main (x: f32[2]) -> f32[2] {",
+      ...     '  %w = f32[2]{0} while(%x), condition=%cond, body=%body, '
+      ...     'backend_config={"known_trip_count":{"n":"3"}}',
+      ...     "  ROOT %ar.1 = f32[2]{0} all-reduce(%w), replica_groups={{0,1}}, to_apply=%add",
+      ...     "}",
+      ... ])
+      >>> [(c.kind, runs) for c, runs in parse_runs(program)]
+      [('all-reduce', 3), ('all-reduce', 1)]
+    """
+    computations: dict[str, list[str]] = {}
+    entry = None
+    name = None
+    for line in program.splitlines():
+        header = _COMPUTATION.match(line)
+        if header:
+            name = header["name"]
+            computations[name] = []
+            if header["entry"]:
+                entry = name
+        elif name is not None and line.strip() == "}":
+            name = None
+        elif name is not None:
+            computations[name].append(line)
+    if entry is None:
+        return [(collective, 1) for collective in parse_collectives(program)]
+    runs: dict[str, int | None] = {}
+
+    def visit(computation: str, times: int | None, depth: int = 0) -> None:
+        if computation not in computations or depth > len(computations):
+            return
+        before = runs.get(computation, 0)
+        runs[computation] = None if before is None or times is None else before + times
+        for line in computations[computation]:
+            loop = _WHILE_BODY.search(line)
+            trips = _TRIP_COUNT.search(line)
+            for key, called in _CALLED.findall(line):
+                inner = times
+                if loop and key in ("body", "condition"):
+                    inner = None if times is None or not trips else times * int(trips[1])
+                for callee in re.findall(r"%?([\w.\-]+)", called):
+                    visit(callee, inner, depth + 1)
+
+    visit(entry, 1)
+    found = []
+    for computation, lines in computations.items():
+        if computation in runs:
+            found += [(c, runs[computation]) for c in parse_collectives("\n".join(lines))]
     return found
 
 
