@@ -202,9 +202,10 @@ def test_the_registry_lists_every_problem_in_reading_order_and_loads_on_demand()
     order += [  # Part V, the parallelisms of large models
         "collective_matmul_all_gather",
         "collective_matmul_reduce_scatter",
+        "expert_parallel_moe",
+        "pipeline_forward",
+        "ring_attention",
     ]
-    order += ["pipeline_forward"]  # Part V, the parallelisms of large models
-    order += ["ring_attention"]  # Part V, the parallelisms of large models
     assert out.stdout.strip() == f"{order} [] ['shard_tutorial.problems.shard_map_psum']"
     assert len(PROBLEMS) == len(order)
     with pytest.raises(KeyError):

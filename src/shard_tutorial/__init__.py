@@ -18,10 +18,8 @@ Examples:
    'shard_map_psum_scatter', 'shard_map_all_to_all', 'shard_map_axis_index',
    'data_parallel_sgd_step', 'fsdp_sgd_step', 'tensor_parallel_mlp',
    'nnx_data_parallel_step', 'collective_matmul_all_gather',
-   'collective_matmul_reduce_scatter']
-   'nnx_data_parallel_step', 'expert_parallel_moe']
-   'nnx_data_parallel_step', 'pipeline_forward']
-   'nnx_data_parallel_step', 'ring_attention']
+   'collective_matmul_reduce_scatter', 'expert_parallel_moe', 'pipeline_forward',
+   'ring_attention']
 """
 
 from __future__ import annotations
