@@ -297,7 +297,7 @@ class MarkdownWriter:
     def _table(self, table: nodes.Element) -> str:
         rows: list[list[str]] = []
         header_rows = 0
-        for part in table.findall(nodes.thead | nodes.tbody):  # type: ignore[arg-type]
+        for part in table.findall(lambda n: isinstance(n, nodes.thead | nodes.tbody)):
             for row in part.children:
                 cells = [
                     " ".join(self.blocks(entry.children).split("\n")).replace("|", "\\|")

@@ -32,7 +32,7 @@ import dataclasses
 import functools
 import math
 from collections.abc import Callable
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 import jax
 import jax.numpy as jnp
@@ -289,7 +289,7 @@ def _optimizer(lr: float) -> optax.GradientTransformation:
 @functools.cache
 def training_step(
     strategy: Strategy, lr: float
-) -> Callable[[Params, optax.OptState, jax.Array, jax.Array], tuple]:
+) -> Callable[[Params, Any, jax.Array, jax.Array], tuple]:  # Any: optax's OptState (a chex alias)
     """One Adam step, jitted: ``(params, opt_state, x, y) -> (params, opt_state, loss)``.
 
     With ``"fsdp_tp_sp"`` the gradients come from :func:`sharded_gradients` on
