@@ -78,3 +78,9 @@ def test_ragged_dot_runs_and_ragged_all_to_all_does_not_compile_on_cpu():
 
 def test_the_reference_copy_passes_the_checker():
     assert "PASSED" in cell_output('check("expert_parallel_moe", reference_copy(')
+
+
+def test_the_checker_explains_the_forgotten_return_trip():
+    text = flat(cell_output("def expert_parallel_moe_without_return("))
+    assert "FAILED" in text
+    assert "The results stayed on the devices of the experts that computed them" in text
