@@ -138,7 +138,7 @@ def _attend_round_the_ring(
     out = jnp.zeros((rows, depth), wide)
     for step in range(devices):
         # Pass the blocks on: each device gets the previous device's. (On one device, the
-        # ring of one: a hop to itself, which XLA drops from the compiled program.)
+        # ring of one: a hop to itself, which sends nothing.)
         if step > 0 or devices == 1:
             # Not before this step's block is used: else XLA may fetch every block early.
             k, v, out = jax.lax.optimization_barrier((k, v, out))
