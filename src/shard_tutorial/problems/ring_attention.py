@@ -138,7 +138,7 @@ def _attend_round_the_ring(
     out = jnp.zeros((rows, depth), wide)
     for step in range(devices):
         # Pass the blocks on: each device gets the previous device's. (On one device, the
-        # ring of one: a hop to itself, which XLA drops from the compiled program.)
+        # ring of one: a hop to itself, which sends nothing.)
         if step > 0 or devices == 1:
             # Not before this step's block is used: else XLA may fetch every block early.
             k, v, out = jax.lax.optimization_barrier((k, v, out))
@@ -192,7 +192,7 @@ def causal_work(length: int, devices: int, *, zigzag: bool = False) -> np.ndarra
       zigzag: cut the sequence in the zig-zag order rather than consecutively.
 
     Returns:
-      An int array of shape (devices, devices): the unmasked scores of each
+      An int64 array of shape (devices, devices): the unmasked scores of each
       device (row) at each step of the ring (column).
 
     Raises:
@@ -223,7 +223,7 @@ def causal_work(length: int, devices: int, *, zigzag: bool = False) -> np.ndarra
     mesh = axis_mesh("seq", devices)  # all of them: devices divides itself
     place_rows = NamedSharding(mesh, P("seq"))
     counted = _count_unmasked(mesh, devices)(place(jnp.asarray(positions), place_rows))
-    return np.asarray(counted).reshape(devices, devices)
+    return np.asarray(counted, dtype=np.int64).reshape(devices, devices)
 
 
 @functools.cache
