@@ -149,7 +149,8 @@ def _check_inputs(x: object, w: object) -> None:
 
 def _layers(h: jax.Array, w_block: jax.Array) -> jax.Array:
     """This stage's layers, in order: ``h = tanh(h @ w)`` for each of its ``L / n``."""
-    h, _ = jax.lax.scan(lambda h, w: (jnp.tanh(h @ w), None), h, w_block)
+    for w in w_block:  # a few layers: unrolled, one straight program
+        h = jnp.tanh(h @ w)
     return h
 
 
