@@ -91,8 +91,11 @@ def tests(session: nox.Session) -> None:
     # With arguments (`-- -k psum`) one of the runs may select no test (pytest's exit 5).
     codes = [0, 5] if session.posargs else [0]
     for count in DEVICE_COUNTS:
+        # Tests marked `once` run in one pass: the newest Python at 8 devices (pyproject.toml).
+        once = session.python == TEST_PYTHONS[-1] and count == DEVICE_COUNTS[-1]
+        marks = "not subprocesses" if once else "not subprocesses and not once"
         session.run(
-            "pytest", f"--devices={count}", "-m", "not subprocesses", *WORKERS,
+            "pytest", f"--devices={count}", "-m", marks, *WORKERS,
             *_timed(session, f"devices{count}"), *session.posargs,
             success_codes=codes,
         )  # fmt: skip

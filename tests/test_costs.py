@@ -18,6 +18,10 @@ import pytest
 from shard_tutorial import costs as C
 from shard_tutorial.compiled import parse_collectives, ring_bytes
 
+# Run once per CI, on the newest stack at 8 devices (pyproject.toml's markers): its
+# comparisons with compiled steps take about 40 s a pass.
+pytestmark = pytest.mark.once
+
 # Llama 3 8B, written out again: d, layers, heads, kv heads, ffn, vocab.
 D, L, H, K, F, V = 4096, 32, 32, 8, 14336, 128256
 HD = D // H

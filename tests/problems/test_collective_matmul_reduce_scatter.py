@@ -12,6 +12,10 @@ from hypothesis import strategies as st
 from shard_tutorial import collective_matmul_reduce_scatter, get_problem, usable_device_count
 from shard_tutorial.compiled import collectives, ring_bytes
 
+# Run once per CI, on the newest stack at 8 devices (pyproject.toml's markers): the
+# generic tests judge this problem on every stack and device count.
+pytestmark = pytest.mark.once
+
 PROBLEM = get_problem("collective_matmul_reduce_scatter")
 
 # Each example compiles for its shapes: a few, chosen by S and F (which set the mesh).
