@@ -25,6 +25,10 @@ from shard_tutorial import PROBLEMS, axis_mesh
 from shard_tutorial._check_worker import answer, load_solution
 from shard_tutorial.compiled import parse_collectives, ring_bytes
 
+# Run once per CI, on the newest stack at 8 devices (pyproject.toml's markers): the
+# generic tests judge this problem on every stack and device count.
+pytestmark = pytest.mark.once
+
 AG = "collective_matmul_all_gather"
 RS = "collective_matmul_reduce_scatter"
 SEED = 17
@@ -149,10 +153,6 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shard_tutorial import axis_mesh
-
-# Run once per CI, on the newest stack at 8 devices (pyproject.toml's markers): the
-# generic tests judge this problem on every stack and device count.
-pytestmark = pytest.mark.once
 
 
 def local(h, w):

@@ -18,6 +18,10 @@ from shard_tutorial import PROBLEMS, axis_mesh
 from shard_tutorial._check_worker import answer, load_solution
 from shard_tutorial.compiled import parse_collectives, ring_bytes
 
+# Run once per CI, on the newest stack at 8 devices (pyproject.toml's markers): the
+# generic tests judge this problem on every stack and device count.
+pytestmark = pytest.mark.once
+
 # Judged in this process (judging.check_here: the checker's worker step and judge, no
 # subprocess), at the suite's device count, 1 or 8.
 
@@ -34,10 +38,6 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shard_tutorial import axis_mesh
-
-# Run once per CI, on the newest stack at 8 devices (pyproject.toml's markers): the
-# generic tests judge this problem on every stack and device count.
-pytestmark = pytest.mark.once
 
 
 def expert_parallel_moe(x, router_logits, w):
