@@ -7,11 +7,9 @@ device count this test process has.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import math
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -34,6 +32,10 @@ from shard_tutorial.checker import RANDOM_CASES, CheckReport
 # Each check runs in worker processes with their own device counts (1 and 8): the
 # suite's --devices cannot change these outcomes, so nox runs them once per Python.
 pytestmark = pytest.mark.subprocesses
+# What a check does with processes (hangs, crashes, Ctrl-C, the command line) does not
+# depend on the JAX installed: such tests run on the newest stack only (marker `once`).
+# What the judge reads from JAX (errors, programs) runs on both.
+ONCE = pytest.mark.once
 
 HEADER = """\
 import jax
@@ -126,21 +128,6 @@ def flat(text: str) -> str:
     return " ".join(text.split())
 
 
-@pytest.mark.parametrize("name", list(PROBLEMS))
-def test_every_reference_solution_passes_on_1_and_8_devices(name, tmp_path):
-    # The reference's module, copied as a reader would copy it into a file of their own:
-    # it must import nothing but public names.
-    path = tmp_path / f"{name}.py"
-    shutil.copyfile(inspect.getfile(PROBLEMS[name].reference), path)
-    report = check(name, path)
-    assert report.passed, str(report)
-    assert [run.devices for run in report.runs] == [1, 8]
-    cases = len(PROBLEMS[name].cases) + RANDOM_CASES
-    assert all(len(run.results) == cases for run in report.runs)
-    assert report.verdict() == "PASSED: every case on 1 and 8 devices"
-    assert f"from seed {report.seed};" in flat(str(report))
-
-
 def test_random_cases_come_from_the_seed_given(tmp_path):
     problem = PROBLEMS["shard_map_double"]
     report = check(problem, reference_copy(problem, tmp_path), devices=(1,), seed=5)
@@ -224,6 +211,7 @@ def test_an_exception_shows_its_message_and_the_readers_own_lines(tmp_path):
     assert "site-packages" not in message  # JAX's own frames are left out
 
 
+@ONCE
 def test_a_hang_is_stopped_and_the_other_cases_still_run(tmp_path):
     path = solution_file(
         tmp_path,
@@ -245,6 +233,7 @@ def test_a_hang_is_stopped_and_the_other_cases_still_run(tmp_path):
     assert "stopped after 3 s: an endless loop" in flat(str(report))
 
 
+@ONCE
 def test_a_crash_is_reported_with_the_processs_last_output(tmp_path):
     path = solution_file(
         tmp_path,
@@ -270,6 +259,7 @@ def test_a_crash_is_reported_with_the_processs_last_output(tmp_path):
     assert sum(r.status == "pass" for r in run.results) == len(run.results) - 1
 
 
+@ONCE
 def test_a_thread_the_solution_leaves_running_does_not_keep_the_check_waiting(
     tmp_path, monkeypatch
 ):
@@ -287,6 +277,7 @@ def test_a_thread_the_solution_leaves_running_does_not_keep_the_check_waiting(
     assert "RuntimeError: broken on purpose" in report.runs[0].load_error
 
 
+@ONCE
 def test_ctrl_c_stops_the_check_and_its_processes(tmp_path, interruptible_cli):
     marker = tmp_path / "workers.txt"  # each worker adds its process id when its case starts
     path = solution_file(
@@ -372,6 +363,7 @@ def test_ctrl_c_at_any_moment_stops_the_command(tmp_path, interruptible_cli, mom
         assert stderr.endswith("interrupted: the check was stopped\n"), (moment, stderr)
 
 
+@ONCE
 def test_a_file_that_does_not_load_is_reported_not_raised(tmp_path):
     path = tmp_path / "broken.py"
     path.write_text("def shard_map_psum(x):\n    return (\n")
@@ -397,6 +389,7 @@ def test_a_function_from_python_is_checked_too():
     assert report.solution == "function test_a_function_from_python_is_checked_too.<locals>.my_psum"
 
 
+@ONCE
 def test_a_function_holding_something_unpicklable_gets_advice():
     lock = threading.Lock()
 
@@ -409,6 +402,7 @@ def test_a_function_holding_something_unpicklable_gets_advice():
     assert "Create such things inside the function" in report.runs[0].load_error
 
 
+@ONCE
 def test_bad_arguments_are_named():
     with pytest.raises(KeyError, match="no problem named 'psum'"):
         check("psum", lambda x: x)
@@ -435,6 +429,7 @@ def test_bad_arguments_are_named():
         check("shard_map_psum", 3)
 
 
+@ONCE
 def test_the_report_renders_as_text_and_as_an_html_table(tmp_path):
     report = check("shard_map_psum", solution_file(tmp_path, WRONG["psum left out"][1]))
     assert isinstance(report, CheckReport)
@@ -457,6 +452,7 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@ONCE
 def test_the_cli_lists_writes_starters_and_checks_with_exit_statuses(tmp_path):
     listing = run_cli("list", cwd=tmp_path)
     assert listing.returncode == 0
@@ -497,6 +493,7 @@ def test_the_cli_lists_writes_starters_and_checks_with_exit_statuses(tmp_path):
     assert "computed by the package's own solution" in flat(refused.stdout)
 
 
+@ONCE
 @pytest.mark.parametrize(
     ("args", "message"),
     [

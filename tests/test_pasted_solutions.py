@@ -4,7 +4,12 @@ For every problem, the starter file (:meth:`Problem.starter`, what the page offe
 for download) gets its empty function replaced by the code the page's dropdown
 shows (rendered by the same function as the ``reference-source`` directive), and
 the checker runs the file on 1 and on 8 devices. A solution shown without the
-imports it needs fails here with a ``NameError``, as it would for the reader.
+imports it needs fails here with a ``NameError``, as it would for the reader; one
+that imports a private module of the package cannot be shown at all.
+
+This is also the test that every reference passes its own checker, on every case
+and random ones, on 1 and 8 devices: the code pasted is the reference's own
+(the function and the helpers it calls), as a reader gets it from the page.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from shard_tutorial import PROBLEMS, check
+from shard_tutorial.checker import RANDOM_CASES
 from shard_tutorial.problem import Problem
 
 # The checker runs each file in worker processes with their own device counts
@@ -61,8 +67,13 @@ def test_the_folded_solution_pasted_into_the_starter_passes(name, tmp_path):
     problem = PROBLEMS[name]
     path = tmp_path / f"{name}.py"
     path.write_text(pasted_solution(problem))
-    report = check(name, path, devices=(1, 8))
+    report = check(name, path)  # on 1 and 8 devices, the problem's cases and random ones
     assert report.passed, f"{path.read_text()}\n{report}"
+    assert [run.devices for run in report.runs] == [1, 8]
+    cases = len(problem.cases) + RANDOM_CASES
+    assert all(len(run.results) == cases for run in report.runs)
+    assert report.verdict() == "PASSED: every case on 1 and 8 devices"
+    assert f"from seed {report.seed};" in " ".join(str(report).split())
 
 
 MODULE = '''\
