@@ -13,7 +13,7 @@ import math
 import jax
 import numpy as np
 import pytest
-from judging import judged, pasted_reference
+from judging import pasted_reference
 
 from shard_tutorial import PROBLEMS
 from shard_tutorial._check_worker import answer, load_solution
@@ -39,10 +39,21 @@ def pasted(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", BUDGETED)
-def test_the_solution_keeps_within_its_budget_on_every_case(name, pasted):
+def test_a_budget_of_bytes_sent_is_what_the_reference_sends(name, pasted):
+    # Tight, on every case: the reference sends exactly what is allowed, no slack. (That
+    # the reference keeps within every figure of its budget, on every case and random
+    # ones, on 1 and 8 devices, is test_pasted_solutions.py's check of it.)
     problem = PROBLEMS[name]
+    compared = 0
     for case in problem.cases:
-        assert judged(problem, pasted[name], case) == ("pass", ""), case.label
+        args = problem.arranged(case)
+        limit = problem.budget.limits(args).get("sent")
+        if limit is None:
+            continue
+        sent, _ = _measured(pasted[name], args)
+        assert sent == pytest.approx(limit, rel=1e-12), case.label  # (7/8 of a sum: a float)
+        compared += 1
+    assert compared or name == "fsdp_sgd_step"  # FSDP's budget is of bytes held
 
 
 def _measured(solution, args):
@@ -58,16 +69,14 @@ def _measured(solution, args):
     return sent, peak
 
 
-def test_psum_scatter_may_send_exactly_one_reduce_scatter_of_the_sums(pasted):
+def test_psum_scatter_may_send_exactly_one_reduce_scatter_of_the_sums():
     problem = PROBLEMS["shard_map_psum_scatter"]
     for case in problem.cases:
         args = problem.arranged(case)
         n = math.prod(problem.mesh_shape(case, jax.device_count()))
         x = case.args[0]
-        sent, _ = _measured(pasted[problem.name], args)
         limit = problem.budget.limits(args)["sent"]
         assert limit == (n - 1) * (x.shape[1] // n) * x.dtype.itemsize, case.label
-        assert sent == limit, case.label  # tight: what the solution sends, no slack
 
 
 def test_fsdp_must_hold_less_than_the_data_parallel_step(pasted):

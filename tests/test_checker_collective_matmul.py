@@ -19,11 +19,10 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
-from judging import check_here, judged, pasted_reference
+from judging import check_here, judged
 
 from shard_tutorial import PROBLEMS, axis_mesh
-from shard_tutorial._check_worker import answer, load_solution
-from shard_tutorial.compiled import parse_collectives, ring_bytes
+from shard_tutorial._check_worker import load_solution
 
 # Run once per CI, on the newest stack at 8 devices (pyproject.toml's markers): the
 # generic tests judge this problem on every stack and device count.
@@ -348,23 +347,14 @@ def test_each_shortcut_gets_the_verdict_it_deserves(
 
 
 @pytest.mark.parametrize("name", [AG, RS])
-def test_the_budget_is_what_the_pasted_reference_sends(name, tmp_path, device_count):
+def test_the_budget_is_one_block_on_each_of_n_minus_1_hops(name, device_count):
+    # That the reference sends exactly this is tests/test_budgets.py's, for every budget.
     problem = PROBLEMS[name]
-    path = _write(tmp_path, name, pasted_reference(name))
-    solution = load_solution({"kind": "file", "path": str(path), "function": name})
     for case in problem.cases:
         args = problem.arranged(case)
-        event, _ = answer(solution, args)
-        sent = sum(
-            ring_bytes(c, int(program["devices"]))
-            for program in event["how"]["programs"]
-            for c in parse_collectives(program["text"])
-            if (c.group_size or int(program["devices"])) > 1
-        )
         n = problem.mesh_shape(case, device_count)[0]
         first, second = case.args
         rows, width = first.shape[0], (first.shape[1] if name == AG else second.shape[1])
         itemsize = np.result_type(first.dtype, second.dtype).itemsize if name == RS else 4
         limit = problem.budget.limits(args)["sent"]
         assert limit == (n - 1) * (rows // n) * width * itemsize, case.label
-        assert sent == limit, case.label  # tight: what the ring sends, no slack

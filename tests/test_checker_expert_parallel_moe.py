@@ -12,11 +12,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from judging import check_here, judged, pasted_reference
+from judging import check_here, judged
 
 from shard_tutorial import PROBLEMS, axis_mesh
-from shard_tutorial._check_worker import answer, load_solution
-from shard_tutorial.compiled import parse_collectives, ring_bytes
+from shard_tutorial._check_worker import load_solution
 
 # Run once per CI, on the newest stack at 8 devices (pyproject.toml's markers): the
 # generic tests judge this problem on every stack and device count.
@@ -298,19 +297,10 @@ def test_each_shortcut_gets_the_verdict_it_deserves(
     assert (got, words in message) == (status, True), message
 
 
-def test_the_budget_is_what_the_reference_sends_to_the_byte(tmp_path):
-    path = tmp_path / f"{NAME}.py"
-    path.write_text(pasted_reference(NAME))
-    solution = load_solution({"kind": "file", "path": str(path), "function": NAME})
+def test_the_budget_is_two_all_to_alls_of_t_over_n_slots():
+    # That the reference sends exactly this is tests/test_budgets.py's, for every budget.
     for case in PROBLEM.cases:
         args = PROBLEM.arranged(case)
-        event, _ = answer(solution, args)
-        sent = 0.0
-        for program in event["how"]["programs"]:
-            devices = int(program["devices"])
-            for collective in parse_collectives(program["text"]):
-                if (collective.group_size or devices) > 1:
-                    sent += ring_bytes(collective, devices)
         x, _, w = case.args
         n = math.prod(PROBLEM.mesh_shape(case, jax.device_count()))
         tokens, d = x.shape
@@ -318,7 +308,6 @@ def test_the_budget_is_what_the_reference_sends_to_the_byte(tmp_path):
         # float32 throughout: a one-hot of E / n experts is at least an int32 id's 4 bytes.
         per_slot = 4 * (d + experts // n + f)
         assert PROBLEM.budget.limits(args)["sent"] == (n - 1) * (tokens // n) * per_slot
-        assert sent == (n - 1) * (tokens // n) * per_slot, case.label  # tight: no slack
 
 
 def test_ids_as_int32_keep_within_the_budget_in_bfloat16(tmp_path, device_count):

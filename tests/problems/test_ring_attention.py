@@ -95,20 +95,14 @@ def test_the_blocks_of_k_and_v_go_round_the_ring(device_count):
     assert pairs == {(i, (i + 1) % 8) for i in range(8)}
 
 
-def test_the_sent_budget_is_what_the_reference_sends():
+def test_the_sent_budget_is_the_n_minus_1_hops_of_k_and_v():
+    # That the reference sends exactly this is tests/test_budgets.py's, for every budget.
     for case in PROBLEM.cases:
         args = PROBLEM.arranged(case)
-        sent = sum(
-            ring_bytes(c)
-            for c in collectives(
-                lambda q, k, v, c=case: ring_attention(q, k, v, c.args[3]), *args[:3]
-            )
-        )
         length, depth = case.args[0].shape
         n = usable_device_count(length)
         limit = PROBLEM.budget.limits(args)["sent"]
         assert limit == (n - 1) * 2 * (length // n) * depth * 4, case.label
-        assert sent == limit, case.label  # tight: the n - 1 hops, nothing more
 
 
 def _gather_then_attend(mesh, causal):
