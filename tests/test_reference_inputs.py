@@ -63,7 +63,7 @@ def _values(dtype: type, shape: tuple[int, ...], seed: int) -> np.ndarray:
 # 12 examples per problem: each (dtype, length) pair compiles once; together they cover
 # the integer, float (bfloat16, float16, float8) and complex kinds at lengths 0-17.
 @pytest.mark.parametrize("name", ONE_ARRAY)
-@settings(max_examples=12, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=8, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(dtype=st.sampled_from(DTYPES), length=st.integers(0, 17), seed=st.integers(0, 2**16))
 def test_every_numeric_dtype_matches_the_oracle(name, dtype, length, seed, assert_matches_oracle):
     problem = PROBLEMS[name]
