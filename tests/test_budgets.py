@@ -13,11 +13,11 @@ import math
 import jax
 import numpy as np
 import pytest
-from judging import pasted_reference
+from judging import judged, pasted_reference
 
 from shard_tutorial import PROBLEMS
 from shard_tutorial._check_worker import answer, load_solution
-from shard_tutorial.compiled import parse_collectives, ring_bytes
+from shard_tutorial.compiled import parse_runs, ring_bytes
 
 BUDGETED = [name for name in PROBLEMS if PROBLEMS[name].budget is not None]
 
@@ -57,14 +57,14 @@ def test_a_budget_of_bytes_sent_is_what_the_reference_sends(name, pasted):
 
 
 def _measured(solution, args):
-    """(bytes each device sends, ring model; the largest peak) of the programs of one call."""
+    """(bytes each device sends, ring model, loops counted; the largest peak) of one call."""
     event, _ = answer(solution, args)
     sent, peak = 0.0, 0
     for program in event["how"]["programs"]:
         devices = int(program["devices"])
-        for collective in parse_collectives(program["text"]):
+        for collective, runs in parse_runs(program["text"]):
             if (collective.group_size or devices) > 1:
-                sent += ring_bytes(collective, devices)
+                sent += (runs or 1) * ring_bytes(collective, devices)
         peak = max(peak, int(program["memory"].get("peak", 0)))
     return sent, peak
 
@@ -96,3 +96,45 @@ def test_fsdp_must_hold_less_than_the_data_parallel_step(pasted):
         assert 0 < peak <= limits["peak"], case.label
         judged_cases += 1
     assert judged_cases >= (4 if jax.device_count() == 8 else 0)
+
+
+LOOPED_PSUM_SCATTER = """
+import math
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from shard_tutorial import data_mesh
+
+
+def shard_map_psum_scatter(x):
+    mesh = data_mesh(math.gcd(*x.shape))
+    x = jax.device_put(x, NamedSharding(mesh, P("data")))
+
+    def sums(block):
+        def part(i):  # (i + 1) / 10 of the sums, reduce-scattered
+            return jax.lax.psum_scatter(jnp.sum(block, axis=0) * (i + 1) / 10, "data", tiled=True)
+
+        # 1/10 first, then 2/10, 3/10 and 4/10 in a loop: the sums, in four reduce-scatters.
+        return jax.lax.fori_loop(1, 4, lambda i, total: total + part(i), part(0))
+
+    return jax.shard_map(sums, mesh=mesh, in_specs=P("data"), out_specs=P("data"))(x)
+"""
+
+
+def test_a_collective_in_a_loop_counts_each_time_it_runs(tmp_path, device_count):
+    # Four reduce-scatters of parts of the sums: right values, two collectives in the
+    # program's text (one in a loop of three), four times the bytes of the one allowed.
+    problem = PROBLEMS["shard_map_psum_scatter"]
+    path = tmp_path / "looped.py"
+    path.write_text(LOOPED_PSUM_SCATTER)
+    solution = load_solution({"kind": "file", "path": str(path), "function": problem.name})
+    case = next(c for c in problem.cases if c.args[0].shape == (32, 16))
+    status, message = judged(problem, solution, case)
+    if device_count == 1:
+        assert (status, message) == ("pass", "")
+        return
+    assert status == "budget", message
+    assert "4 reduce-scatters of 8 bytes" in message

@@ -397,7 +397,7 @@ def answer(
 
 CANDIDATES = 8  # arrays shaped like an output sent per output, to find where the answer was made
 CANDIDATE_BYTES = 8 * 2**20  # at most this many bytes each
-TEXT_LIMIT = 200_000  # characters of a program's collective lines sent
+TEXT_LIMIT = 200_000  # characters of a program's communication lines sent
 
 
 def describe_lineage(
@@ -410,27 +410,22 @@ def describe_lineage(
       "made_by": [...], "candidates": [...]}``: the programs the output depends on
       (each with its ``order``, ``devices``, whether it ran ``shard_map``, the
       Python ``files`` its operations came from and the lines of its compiled
-      text that hold collectives or calls back into Python), the copies to the devices it depends on, what
-      made each output array, and arrays of the lineage shaped like an output
-      (host data, other programs' results) whose values the judge compares
-      with the answer, to find where it was first computed.
+      text that say what it sends and how often, see
+      :func:`~shard_tutorial.compiled.communication_lines`), the copies to the
+      devices it depends on, what made each output array, and arrays of the
+      lineage shaped like an output (host data, other programs' results) whose
+      values the judge compares with the answer, to find where it was first
+      computed.
     """
     import jax  # noqa: PLC0415
     import numpy as np  # noqa: PLC0415
 
-    from shard_tutorial.compiled import KINDS  # noqa: PLC0415
+    from shard_tutorial.compiled import communication_lines  # noqa: PLC0415
     from shard_tutorial.recording import Copy  # noqa: PLC0415
 
     lineage = recording.lineage(received, args)
     programs = []
     for run in lineage.runs:
-        lines = [
-            line
-            for line in run.text.splitlines()
-            if line.startswith("HloModule")
-            or any(f" {kind}" in line for kind in KINDS)
-            or ("custom-call(" in line and "callback" in line)  # a call back into Python
-        ]
         programs.append(
             {
                 "order": run.order,
@@ -439,7 +434,7 @@ def describe_lineage(
                 "primitives": sorted(run.primitives),
                 "files": sorted(run.files),
                 "memory": dict(run.memory),
-                "text": "\n".join(lines)[:TEXT_LIMIT],
+                "text": communication_lines(run.text)[:TEXT_LIMIT],
             }
         )
     copies = [

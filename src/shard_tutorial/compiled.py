@@ -457,6 +457,53 @@ def host_callbacks(program: str) -> list[str]:
     return found
 
 
+# The operations through which a computation runs others whose collectives then run with it.
+_ROUTES = re.compile(r"\s(while|conditional|call|async-start)\(")
+
+
+def communication_lines(program: str) -> str:
+    r"""The lines of a compiled program that say what it sends, and how often.
+
+    The header line (``HloModule``, with the device count), every line holding a
+    collective or a call back into Python, and what :func:`parse_runs` needs to
+    count how often each runs: each computation's first and last line, and the
+    operations that run other computations (``while``, ``conditional``,
+    ``call``, ``async-start``). Fusions and arithmetic, most of a program, are
+    left out: what :func:`parse_collectives`, :func:`parse_runs`,
+    :func:`host_callbacks` and :func:`num_devices` read from the whole text,
+    they read the same from these lines.
+
+    Examples:
+      >>> from shard_tutorial.compiled import communication_lines, parse_runs
+      >>> program = "\n".join([
+      ...     "HloModule jit_f, num_partitions=2",
+      ...     "%body (p: f32[2]) -> f32[2] {",
+      ...     "  %e = f32[2]{0} exponential(%p)",
+      ...     "  ROOT %ar = f32[2]{0} all-reduce(%e), replica_groups={{0,1}}, to_apply=%add",
+      ...     "}",
+      ...     "ENTRY %main (x: f32[2]) -> f32[2] {",
+      ...     '  ROOT %w = f32[2]{0} while(%x), condition=%cond, body=%body, '
+      ...     'backend_config={"known_trip_count":{"n":"3"}}',
+      ...     "}",
+      ... ])
+      >>> print(communication_lines(program).count("exponential"))
+      0
+      >>> [(c.kind, runs) for c, runs in parse_runs(communication_lines(program))]
+      [('all-reduce', 3)]
+    """
+    kept = [
+        line
+        for line in program.splitlines()
+        if line.startswith("HloModule")
+        or line.strip() == "}"
+        or _COMPUTATION.match(line)
+        or _ROUTES.search(line)
+        or any(f" {kind}" in line for kind in KINDS)
+        or ("custom-call(" in line and "callback" in line)  # a call back into Python
+    ]
+    return "\n".join(kept)
+
+
 def num_devices(program: str) -> int:
     """How many devices a compiled program runs on: XLA's partitions times its replicas.
 

@@ -33,7 +33,13 @@ import jax
 import numpy as np
 
 from shard_tutorial.assembly import Disagree, array, combine, items, own
-from shard_tutorial.compiled import Collective, host_callbacks, parse_collectives, ring_bytes
+from shard_tutorial.compiled import (
+    Collective,
+    host_callbacks,
+    parse_collectives,
+    parse_runs,
+    ring_bytes,
+)
 from shard_tutorial.problem import KINDS_IN_WORDS, Budget, Case, Problem, Technique, precise
 
 __all__ = ["judge", "judge_cluster"]
@@ -310,10 +316,12 @@ def _judge_budget(
         found, sent = [], 0.0
         for program in programs:
             devices = int(program.get("devices", 1))
-            for collective in parse_collectives(str(program.get("text", ""))):
+            # A collective in a loop runs once per iteration: counted as often as it runs
+            # (once where XLA gives the loop no trip count: how often is then unknown).
+            for collective, runs in parse_runs(str(program.get("text", ""))):
                 if (collective.group_size or devices) > 1:
-                    found.append(collective)
-                    sent += ring_bytes(collective, devices)
+                    found.extend([collective] * (runs or 1))
+                    sent += (runs or 1) * ring_bytes(collective, devices)
         if sent > float(limits["sent"]) * (1 + 1e-9):
             return "budget", (
                 f"right values, but each device sends {sent:,.0f} bytes ({_listed(found)}, "
