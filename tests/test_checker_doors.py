@@ -280,6 +280,15 @@ def ppermute_zero_times_collective(x):
     return answer + 0 * ppermute_right(x)
 
 
+def ppermute_flooded_then_zero_times_collective(x):
+    """Door 2: as above, with the one-device answer behind a flood of arrays shaped like it."""
+    x = jnp.asarray(x)
+    for _ in range(20):  # twenty programs on one device, each with an array of x's shape
+        x = x * 1.0
+    answer = (jnp.roll(x, 1) + x + jnp.roll(x, -1)) / 3  # one device
+    return answer + 0 * ppermute_right(x)
+
+
 def ppermute_gather_everything(x):
     """Door 2: every device gathers the whole array to read two neighbours."""
     mesh = data_mesh(len(x))
@@ -435,6 +444,7 @@ SHORTCUTS = [
     ("shard_map_psum", psum_jit_automatic, "technique", "automatic partitioning", "technique"),
     ("shard_map_psum", psum_wraps_the_reference, "reference", "package's own", "reference"),
     ("shard_map_ppermute", ppermute_zero_times_collective, "placement", "computed on 1 device", None),
+    ("shard_map_ppermute", ppermute_flooded_then_zero_times_collective, "placement", "computed on 1 device", None),
     ("shard_map_ppermute", ppermute_gather_everything, "technique", "all-gather", "technique"),
     ("shard_map_psum_scatter", psum_scatter_all_reduce_then_slice, "technique", "1 all-reduce", "technique"),
     ("shard_map_psum_scatter", psum_scatter_of_every_row, "budget", "sends", "pass"),
