@@ -58,6 +58,15 @@ def fsdp_sgd_step(w, b, x, y, lr):
     return jax.shard_map(step, mesh=mesh, in_specs=specs, out_specs=specs[:2])(w, b, x, y)
 """
 
+# The same step under jax.jit: one program a case to compile, where eager shard_map runs
+# each operation as its own. The mistakes below are in the values, not in how code runs.
+JITTED_STEP = FSDP_STEP.replace(
+    "return jax.shard_map(step, mesh=mesh, in_specs=specs, out_specs=specs[:2])(w, b, x, y)",
+    "return jax.jit(jax.shard_map(step, mesh=mesh, in_specs=specs, out_specs=specs[:2]))(\n"
+    "        w, b, x, y\n    )",
+)
+assert JITTED_STEP != FSDP_STEP
+
 # Right values, but every device keeps (and returns) the whole w: data parallelism.
 REPLICATED_W = """
 def fsdp_sgd_step(w, b, x, y, lr):
@@ -68,13 +77,15 @@ def fsdp_sgd_step(w, b, x, y, lr):
         return w - lr * dw, b - lr * db
 
     specs = (P(), P(), P("data"), P("data"))
-    return jax.shard_map(step, mesh=mesh, in_specs=specs, out_specs=specs[:2])(w, b, x, y)
+    return jax.jit(jax.shard_map(step, mesh=mesh, in_specs=specs, out_specs=specs[:2]))(
+        w, b, x, y
+    )
 """
 
 # (solution, words its explanation must contain on 8 devices)
 MISTAKES = {
     "a psum of the gradients (the pmap-era recipe)": (
-        FSDP_STEP.format(
+        JITTED_STEP.format(
             loss="mean_loss(w, b, x, y)",
             gradients='dw, db = jax.lax.psum(dw, "data"), jax.lax.psum(db, "data")',
         ),
@@ -84,7 +95,7 @@ MISTAKES = {
         ),
     ),
     "each device's own mean loss": (
-        FSDP_STEP.format(loss="jnp.mean((x @ w + b - y) ** 2)", gradients="pass"),
+        JITTED_STEP.format(loss="jnp.mean((x @ w + b - y) ** 2)", gradients="pass"),
         (
             "The step is 8 times the right one, as on 8 devices when the gradient is summed "
             "over them once more than it should be. JAX already sums the gradients over the "
