@@ -14,10 +14,13 @@ from shard_tutorial import (
     usable_device_count,
 )
 
+# The statement's example and the last case of each problem: NumPy input is one path
+# into the reference whatever the case (each case runs in the reference's check).
 CASES = [
     pytest.param(problem, case, id=f"{name}-{index}")
     for name, problem in PROBLEMS.items()
     for index, case in enumerate(problem.cases)
+    if index in (0, len(problem.cases) - 1)
 ]
 
 

@@ -35,6 +35,22 @@ def in_mode(context: BrowserContext, mode: str) -> None:
     context.add_init_script(f"localStorage.setItem('mode', '{mode}');")
 
 
+# A page at rest: with transitions and animations off, and its fonts loaded, the audit
+# reads the colours a reader sees once the page is drawn, not a moment on the way.
+_NO_TRANSITIONS = (
+    "*, *::before, *::after { transition: none !important; animation: none !important; }"
+)
+
+
+def settle(page: Any) -> None:
+    """Bring a loaded page to rest before it is audited: no transitions, fonts, two frames."""
+    page.add_style_tag(content=_NO_TRANSITIONS)
+    page.evaluate(
+        "document.fonts.ready.then(() => new Promise("
+        "r => requestAnimationFrame(() => requestAnimationFrame(r))))"
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class Violation:
     """One element that breaks one axe-core rule on one page."""

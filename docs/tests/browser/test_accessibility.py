@@ -17,7 +17,7 @@ import pytest
 from playwright.sync_api import Browser
 
 sys.path.insert(0, str(Path(__file__).parent))
-from auditing import FAILING_IMPACTS, MODES, Violation, audit, in_mode, recorded
+from auditing import FAILING_IMPACTS, MODES, Violation, audit, in_mode, recorded, settle
 from browsing import FIGURES, SITE, serve, site_pages, watch  # this folder
 
 # The pages of the built site, known when the tests are collected (none before a build:
@@ -43,7 +43,16 @@ def audit_page(browser: Browser, base_url: str, path: str) -> list[Violation]:
             assert visit.problems() == [], f"{path}: {visit.problems()}"
             theme = page.evaluate("document.documentElement.dataset.theme")
             assert theme == mode, f"{path} is drawn in {theme} mode, not {mode}"
-            found += audit(page, path, mode)
+            settle(page)
+            seen = audit(page, path, mode)
+            if any(v.impact in FAILING_IMPACTS and not v.needs_review for v in seen):
+                # Seen twice or not at all: a colour read while the page was still being
+                # drawn (a CI run once read the dark navbar's search text as black) is the
+                # test's race, not the site's; a real violation is there a second later.
+                page.wait_for_timeout(1000)
+                again = {(v.rule, v.element) for v in audit(page, path, mode)}
+                seen = [v for v in seen if v.needs_review or (v.rule, v.element) in again]
+            found += seen
         finally:
             context.close()
     return found
