@@ -17,7 +17,7 @@ from judging import judged, pasted_reference
 
 from shard_tutorial import PROBLEMS
 from shard_tutorial._check_worker import answer, load_solution
-from shard_tutorial.compiled import parse_runs, ring_bytes
+from shard_tutorial.compiled import sent_by
 
 BUDGETED = [name for name in PROBLEMS if PROBLEMS[name].budget is not None]
 
@@ -61,10 +61,7 @@ def _measured(solution, args):
     event, _ = answer(solution, args)
     sent, peak = 0.0, 0
     for program in event["how"]["programs"]:
-        devices = int(program["devices"])
-        for collective, runs in parse_runs(program["text"]):
-            if (collective.group_size or devices) > 1:
-                sent += (runs or 1) * ring_bytes(collective, devices)
+        sent += sent_by(program["text"], int(program["devices"]))[0]
         peak = max(peak, int(program["memory"].get("peak", 0)))
     return sent, peak
 

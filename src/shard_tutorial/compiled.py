@@ -582,6 +582,43 @@ def group_size(collective: Collective) -> int | None:
     return _group_size(collective.kind, collective.groups)
 
 
+def sent_by(program: str, devices: int) -> tuple[float, list[Collective]]:
+    r"""What each device sends in one call of a compiled program, and the collectives sending it.
+
+    Each collective over more than one device counts as its ring algorithm sends it
+    (:func:`ring_bytes`), as often as it runs (:func:`parse_runs`: once per iteration
+    of a loop around it; once where XLA gives the loop no trip count).
+
+    Args:
+      program: the program's text (whole, or its :func:`communication_lines`).
+      devices: how many devices it runs on (for collectives that name no groups).
+
+    Returns:
+      ``(bytes, collectives)``, a collective listed once for each time it runs.
+
+    Examples:
+      >>> from shard_tutorial.compiled import sent_by
+      >>> program = "\n".join([
+      ...     "%body (p: f32[2]) -> f32[2] {",
+      ...     "  ROOT %ar = f32[2]{0} all-reduce(%p), replica_groups={{0,1}}, to_apply=%add",
+      ...     "}",
+      ...     "ENTRY %main (x: f32[2]) -> f32[2] {",
+      ...     '  ROOT %w = f32[2]{0} while(%x), condition=%cond, body=%body, '
+      ...     'backend_config={"known_trip_count":{"n":"3"}}',
+      ...     "}",
+      ... ])
+      >>> sent, found = sent_by(program, 2)
+      >>> sent, len(found)  # 3 all-reduces of 8 bytes over 2 devices, 8 bytes sent each
+      (24.0, 3)
+    """
+    sent, found = 0.0, []
+    for collective, runs in parse_runs(program):
+        if (collective.group_size or devices) > 1:
+            found.extend([collective] * (runs or 1))
+            sent += (runs or 1) * ring_bytes(collective, devices)
+    return sent, found
+
+
 def ring_bytes(collective: Collective, devices: int | None = None) -> float:
     """The bytes each device sends for ``collective`` when it runs as a ring algorithm.
 

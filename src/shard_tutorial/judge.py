@@ -37,8 +37,7 @@ from shard_tutorial.compiled import (
     Collective,
     host_callbacks,
     parse_collectives,
-    parse_runs,
-    ring_bytes,
+    sent_by,
 )
 from shard_tutorial.problem import (
     KINDS_IN_WORDS,
@@ -325,13 +324,12 @@ def _judge_budget(
     if "sent" in limits:
         found, sent = [], 0.0
         for program in programs:
-            devices = int(program.get("devices", 1))
-            # A collective in a loop runs once per iteration: counted as often as it runs
-            # (once where XLA gives the loop no trip count: how often is then unknown).
-            for collective, runs in parse_runs(str(program.get("text", ""))):
-                if (collective.group_size or devices) > 1:
-                    found.extend([collective] * (runs or 1))
-                    sent += (runs or 1) * ring_bytes(collective, devices)
+            # A collective in a loop counts once per iteration (compiled.sent_by).
+            bytes_sent, collectives = sent_by(
+                str(program.get("text", "")), int(program.get("devices", 1))
+            )
+            sent += bytes_sent
+            found += collectives
         if sent > float(limits["sent"]) * (1 + 1e-9):
             return "budget", (
                 f"right values, but each device sends {sent:,.0f} bytes ({_listed(found)}, "
