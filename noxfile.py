@@ -1,6 +1,6 @@
 #!/usr/bin/env -S uv run --script
 # /// script
-# dependencies = ["nox>=2025.2.9"]
+# dependencies = ["nox>=2026.10.20"]
 # ///
 """Every check of the project, as nox sessions: `nox` runs the default ones, `nox -l` lists all."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import nox
 
-nox.needs_version = ">=2025.2.9"
+nox.needs_version = ">=2026.10.20"  # sessions in parallel (`nox --parallel`)
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_existing_virtualenvs = True
 
@@ -33,9 +33,17 @@ DEVICE_COUNTS = ["1", "8"]
 # stopped: two at once keep both cores busy (measured on 2 cores: the subprocess tests
 # in 124 s instead of 172, the distributed ones in 82 instead of 156).
 WORKERS = ["--numprocesses", "2"]
+# `nox --parallel 2` (what .ci/run does) runs two sessions at once where both allow it:
+# the test sessions, the multi-process tests, the doctests and lint, each of which
+# spends part of its time waiting (for its processes to start JAX, for a hang to be
+# stopped, for the package index). The docs build runs alone, after them, so that it
+# finds their compiled programs in JAX's cache (_jax_env), then the browser tests.
+PARALLEL = True
 # The code cells of the pages: errors, imports, bugbear, pyupgrade; lines are the
 # formatter's business (80 columns, to fit the page).
 PAGE_RULES = "E,F,I,B,UP --ignore E402,E501"
+# JAX's persistent compilation cache, shared by the sessions of one machine (see _jax_env).
+JAX_CACHE = ROOT / ".nox" / "jax-compilation-cache"
 # Where .ci/run asks for each pytest run's JUnit report (its test times), to total the
 # CI time each problem costs; unset, nothing is written.
 TIMINGS = os.environ.get("SHARD_TUTORIAL_TIMINGS")
@@ -81,7 +89,7 @@ def _install(session: nox.Session, *groups: str) -> None:
     )
 
 
-@nox.session(python=TEST_PYTHONS)
+@nox.session(python=TEST_PYTHONS, allow_parallel=PARALLEL)
 def tests(session: nox.Session) -> None:
     """Run the test suite: in-process tests on 1 and 8 devices, subprocess tests once.
 
@@ -96,7 +104,7 @@ def tests(session: nox.Session) -> None:
     newest = session.python == TEST_PYTHONS[-1]
     # With arguments (`-- -k psum`) one of the runs may select no test (pytest's exit 5).
     codes = [0, 5] if session.posargs else [0]
-    env = {"XLA_FLAGS": _fast_compiles()}
+    env = _jax_env()
     # A test marked `subprocesses` runs its work in processes that choose their own device
     # counts (the checker's workers run 1 and 8 devices whatever this process has), so
     # --devices cannot change its outcome: it runs once, not once per count.
@@ -118,7 +126,7 @@ def tests(session: nox.Session) -> None:
 
 
 def _fast_compiles() -> str:
-    """XLA_FLAGS for the tests: LLVM's quick code generation, the same HLO programs.
+    """XLA_FLAGS for the tests and the site: LLVM's quick code generation, the same HLO.
 
     On this 2-core machine most of the suite's time is XLA compiling small programs,
     and most of that is LLVM optimising machine code the tests run once on a few
@@ -131,23 +139,46 @@ def _fast_compiles() -> str:
     return f"{fast} {os.environ.get('XLA_FLAGS', '')}".strip()
 
 
-@nox.session(python=DOCS_PYTHON)
+def _jax_env() -> dict[str, str]:
+    """The environment of every session that runs JAX: quick compiles, and cached ones.
+
+    JAX's persistent compilation cache keeps each compiled program on disk, keyed by
+    the program (without its source locations), the XLA flags, the compile options
+    and jaxlib's version, so a program compiled again in another process (the
+    checker's workers, the other pytest worker, a page's kernel) is read back instead:
+    every check of a reference on a page, say, is a check the tests ran already. A
+    program read back prints the same HLO and memory analysis (compared on both
+    stacks; only the order of its table of source locations differs). The size limit
+    turns on the cache's file lock (the `filelock` package), so that no process reads
+    an entry another is still writing. A 2-process cluster's programs get keys of their
+    own (the same program compiled for one process and for a cluster: two entries).
+    """
+    return {
+        "XLA_FLAGS": _fast_compiles(),
+        "JAX_COMPILATION_CACHE_DIR": str(JAX_CACHE),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+        "JAX_COMPILATION_CACHE_MAX_SIZE": str(4 << 30),
+    }
+
+
+@nox.session(python=DOCS_PYTHON, allow_parallel=PARALLEL)
 def distributed(session: nox.Session) -> None:
     """Run the multi-process tests: scripts launched as 2-process JAX clusters (gloo)."""
     _install(session, "test")
     session.run(
         "pytest", "-m", "distributed", *WORKERS, *_timed(session, "all"), *session.posargs,
-        env={"XLA_FLAGS": _fast_compiles()},
+        env=_jax_env(),
     )  # fmt: skip
 
 
-@nox.session(python=DOCS_PYTHON)
+@nox.session(python=DOCS_PYTHON, allow_parallel=PARALLEL)
 def doctests(session: nox.Session) -> None:
     """Run every docstring example of the package on 8 fake CPU devices."""
     _install(session, "test")
     session.run(
         "pytest", "--devices=8", "--doctest-modules", "src", *_timed(session, "all"),
-        *session.posargs,
+        *session.posargs, env=_jax_env(),
     )  # fmt: skip
 
 
@@ -161,12 +192,13 @@ def docs(session: nox.Session) -> None:
         session.run(
             "sphinx-autobuild", "docs", "docs/_build/html", "--watch", "src",
             "--re-ignore", r"(^|/)(_build|jupyter_execute|tests|__pycache__)(/|$)",
-            "--host", "127.0.0.1", "--port", "8000", *session.posargs[1:],
+            "--host", "127.0.0.1", "--port", "8000", *session.posargs[1:], env=_jax_env(),
         )  # fmt: skip
         return
     _build_site(session, *session.posargs)
     session.run(
-        "pytest", "docs/tests", "--ignore=docs/tests/browser", *WORKERS, *_timed(session, "all")
+        "pytest", "docs/tests", "--ignore=docs/tests/browser", *WORKERS, *_timed(session, "all"),
+        env=_jax_env(),
     )  # fmt: skip
 
 
@@ -183,7 +215,8 @@ def browser(session: nox.Session) -> None:
 
 def _build_site(session: nox.Session, *args: str) -> None:
     session.run(
-        "sphinx-build", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html", *args
+        "sphinx-build", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html", *args,
+        env=_jax_env(),
     )  # fmt: skip
 
 
@@ -210,7 +243,7 @@ def _chromium(session: nox.Session) -> str:
     return found
 
 
-@nox.session(python=DOCS_PYTHON)
+@nox.session(python=DOCS_PYTHON, allow_parallel=PARALLEL)
 def lint(session: nox.Session) -> None:
     """Lint, format-check and type-check the code; validate .readthedocs.yaml; repo-review."""
     _install(session, "lint")

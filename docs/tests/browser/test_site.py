@@ -203,17 +203,17 @@ def sidebar_order(page: Page) -> list[str]:
 def test_previous_and_next_visit_every_page_in_reading_order(open_page, base_url):
     page, _ = open_page("index.html")
     expected = list(dict.fromkeys([base_url + "index.html", *sidebar_order(page)]))
-    visited = [page.url]
+    assert page.locator("a.left-prev").count() == 0  # the first page
+    visited, back = [page.url], []
     while page.locator("a.right-next").count():
         page.locator("a.right-next").first.click()
         page.wait_for_load_state("load")
         visited.append(page.url.split("#")[0])
+        # Where "previous" leads, read rather than clicked: the same link, half the loads.
+        back.append(page.locator("a.left-prev").first.evaluate("a => a.href").split("#")[0])
     assert visited == expected
     assert len(visited) >= 9
-    while page.locator("a.left-prev").count():  # and back again
-        page.locator("a.left-prev").first.click()
-        page.wait_for_load_state("load")
-    assert page.url == base_url + "index.html"
+    assert back == visited[:-1]  # and back again, one page at a time
 
 
 def test_the_dark_mode_toggle_changes_the_theme(open_page):
