@@ -16,6 +16,7 @@ import nox
 nox.needs_version = ">=2026.10.20"  # sessions in parallel (`nox --parallel`)
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_existing_virtualenvs = True
+nox.options.parallel = 2  # see PARALLEL
 
 ROOT = Path(__file__).parent
 PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
@@ -33,7 +34,7 @@ DEVICE_COUNTS = ["1", "8"]
 # stopped: two at once keep both cores busy (measured on 2 cores: the subprocess tests
 # in 124 s instead of 172, the distributed ones in 82 instead of 156).
 WORKERS = ["--numprocesses", "2"]
-# `nox --parallel 2` (what .ci/run does) runs two sessions at once where both allow it:
+# nox runs two sessions at once where both allow it (one per core; `nox -j 1` runs one):
 # the test sessions, the multi-process tests, the doctests and lint, each of which
 # spends part of its time waiting (for its processes to start JAX, for a hang to be
 # stopped, for the package index). The docs build runs alone, after them, so that it
@@ -77,16 +78,23 @@ def _timed(session: nox.Session, label: str) -> list[str]:
     return [f"--junitxml={Path(TIMINGS) / f'{session.name}-{label}.xml'}"]
 
 
-def _install(session: nox.Session, *groups: str) -> None:
-    # Bytecode compiled at install time: with PYTHONDONTWRITEBYTECODE set (as on the
-    # machines here) every process, notebook kernels included, would otherwise compile
-    # JAX from source on each start, seconds each time.
+def _install(session: nox.Session, *groups: str, bytecode: bool = True) -> None:
+    """Install the package (editable) with ``groups``; with ``bytecode``, compile it all.
+
+    With PYTHONDONTWRITEBYTECODE set (as on the machines here) every process, notebook
+    kernels and the checker's workers included, would otherwise compile JAX and the
+    package from source on each start: seconds for JAX, 0.3 s for the package (which an
+    editable install leaves uncompiled), in each of the hundreds of processes a run
+    starts. Sessions that start none (lint) skip it.
+    """
     session.install(
         "-e",
         ".",
         *nox.project.dependency_groups(PYPROJECT, *groups),
-        env={"UV_COMPILE_BYTECODE": "1"},
+        env={"UV_COMPILE_BYTECODE": "1" if bytecode else "0"},
     )
+    if bytecode:
+        session.run("python", "-m", "compileall", "-q", "src", silent=True)
 
 
 @nox.session(python=TEST_PYTHONS, allow_parallel=PARALLEL)
@@ -148,17 +156,23 @@ def _jax_env() -> dict[str, str]:
     checker's workers, the other pytest worker, a page's kernel) is read back instead:
     every check of a reference on a page, say, is a check the tests ran already. A
     program read back prints the same HLO and memory analysis (compared on both
-    stacks; only the order of its table of source locations differs). The size limit
-    turns on the cache's file lock (the `filelock` package), so that no process reads
-    an entry another is still writing. A 2-process cluster's programs get keys of their
-    own (the same program compiled for one process and for a cluster: two entries).
+    stacks; only the order of its table of source locations differs), and a 2-process
+    cluster's programs get keys of their own (one program compiled for one process and
+    for a cluster: two entries).
+
+    The cache has no size limit: a limit turns on eviction, which reads every entry's
+    access time on every write (a run's thousands of programs took minutes each of
+    waiting for the cache's lock). Without its lock, a process can read an entry
+    that another is still writing, the same program compiled at the same moment: JAX
+    then warns and compiles it itself. That warning alone is ignored, here for every
+    process and in pyproject.toml for pytest, which makes warnings errors.
     """
     return {
         "XLA_FLAGS": _fast_compiles(),
         "JAX_COMPILATION_CACHE_DIR": str(JAX_CACHE),
         "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
         "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
-        "JAX_COMPILATION_CACHE_MAX_SIZE": str(4 << 30),
+        "PYTHONWARNINGS": "ignore:Error reading persistent compilation cache entry",
     }
 
 
@@ -246,7 +260,7 @@ def _chromium(session: nox.Session) -> str:
 @nox.session(python=DOCS_PYTHON, allow_parallel=PARALLEL)
 def lint(session: nox.Session) -> None:
     """Lint, format-check and type-check the code; validate .readthedocs.yaml; repo-review."""
-    _install(session, "lint")
+    _install(session, "lint", bytecode=False)
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     pages = [str(p) for p in sorted(ROOT.glob("docs/**/*.md")) if "_build" not in p.parts]
@@ -262,7 +276,7 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=DOCS_PYTHON, default=False)
 def format(session: nox.Session) -> None:
     """Format the package and the code cells of the pages (what `lint` checks)."""
-    _install(session, "lint")
+    _install(session, "lint", bytecode=False)
     session.run("ruff", "check", "--fix", "--select", "I", ".")
     session.run("ruff", "format", ".")
     pages = [str(p) for p in sorted(ROOT.glob("docs/**/*.md")) if "_build" not in p.parts]
