@@ -34,11 +34,12 @@ DEVICE_COUNTS = ["1", "8"]
 # stopped: two at once keep both cores busy (measured on 2 cores: the subprocess tests
 # in 124 s instead of 172, the distributed ones in 82 instead of 156).
 WORKERS = ["--numprocesses", "2"]
-# nox runs two sessions at once where both allow it (one per core; `nox -j 1` runs one):
-# the test sessions, the multi-process tests, the doctests and lint, each of which
-# spends part of its time waiting (for its processes to start JAX, for a hang to be
-# stopped, for the package index). The docs build runs alone, after them, so that it
-# finds their compiled programs in JAX's cache (_jax_env), then the browser tests.
+# nox runs two sessions at once (one per core; `nox -j 1` runs one at a time), in the
+# order they are defined here: the two test sessions first; `docs` when one ends, so
+# that it finds most of the newest stack's compiled programs in JAX's cache (_jax_env);
+# `browser` once `docs` has built the site; the short sessions fill the gaps. Each
+# spends part of its time waiting (for processes to start JAX, for a hang to be
+# stopped, for the package index), which the other session's work fills.
 PARALLEL = True
 # The code cells of the pages: errors, imports, bugbear, pyupgrade; lines are the
 # formatter's business (80 columns, to fit the page).
@@ -177,26 +178,6 @@ def _jax_env() -> dict[str, str]:
 
 
 @nox.session(python=DOCS_PYTHON, allow_parallel=PARALLEL)
-def distributed(session: nox.Session) -> None:
-    """Run the multi-process tests: scripts launched as 2-process JAX clusters (gloo)."""
-    _install(session, "test")
-    session.run(
-        "pytest", "-m", "distributed", *WORKERS, *_timed(session, "all"), *session.posargs,
-        env=_jax_env(),
-    )  # fmt: skip
-
-
-@nox.session(python=DOCS_PYTHON, allow_parallel=PARALLEL)
-def doctests(session: nox.Session) -> None:
-    """Run every docstring example of the package on 8 fake CPU devices."""
-    _install(session, "test")
-    session.run(
-        "pytest", "--devices=8", "--doctest-modules", "src", *_timed(session, "all"),
-        *session.posargs, env=_jax_env(),
-    )  # fmt: skip
-
-
-@nox.session(python=DOCS_PYTHON)
 def docs(session: nox.Session) -> None:
     """Build the executed site into docs/_build/html and test it; `-- --serve` to preview."""
     _install(session, "docs", "test")
@@ -216,12 +197,11 @@ def docs(session: nox.Session) -> None:
     )  # fmt: skip
 
 
-@nox.session(python=DOCS_PYTHON)
+@nox.session(python=DOCS_PYTHON, allow_parallel=PARALLEL, requires=["docs"])
 def browser(session: nox.Session) -> None:
-    """Test the built site in headless Chromium: every page, link and reader action."""
+    """Test the site `docs` built in headless Chromium: every page, link and reader action."""
     chromium = _chromium(session)
     _install(session, "docs", "test", "browser")
-    _build_site(session)  # the execution cache makes this quick after `docs`
     session.run(
         "pytest", "docs/tests/browser", *WORKERS, *session.posargs, env={"CHROMIUM": chromium}
     )  # fmt: skip
@@ -255,6 +235,26 @@ def _chromium(session: nox.Session) -> str:
             "(or set CHROMIUM to a Chromium executable)"
         )
     return found
+
+
+@nox.session(python=DOCS_PYTHON, allow_parallel=PARALLEL)
+def distributed(session: nox.Session) -> None:
+    """Run the multi-process tests: scripts launched as 2-process JAX clusters (gloo)."""
+    _install(session, "test")
+    session.run(
+        "pytest", "-m", "distributed", *WORKERS, *_timed(session, "all"), *session.posargs,
+        env=_jax_env(),
+    )  # fmt: skip
+
+
+@nox.session(python=DOCS_PYTHON, allow_parallel=PARALLEL)
+def doctests(session: nox.Session) -> None:
+    """Run every docstring example of the package on 8 fake CPU devices."""
+    _install(session, "test")
+    session.run(
+        "pytest", "--devices=8", "--doctest-modules", "src", *_timed(session, "all"),
+        *session.posargs, env=_jax_env(),
+    )  # fmt: skip
 
 
 @nox.session(python=DOCS_PYTHON, allow_parallel=PARALLEL)

@@ -25,7 +25,9 @@ def test_the_sharded_gradients_are_one_devices():
     text = cell_output(PAGE, "sharded_gradients(mesh)")
     value = re.search(r"loss: (\S+) on 2 x 4, (\S+) on one device", text)
     assert value, text
-    assert value[1] == value[2]
+    # The same to float32 rounding, as the page says (the last printed digit may differ:
+    # the sum runs in another order, and LLVM's code generation changes it too).
+    assert abs(float(value[1]) - float(value[2])) <= 1e-5 * abs(float(value[2]))
     gaps = [float(g) for g in re.findall(r"largest difference (\S+)", text)]
     sizes = [float(s) for s in re.findall(r"largest gradient (\S+),", text)]
     assert len(gaps) == len(sizes) == 6, text

@@ -94,7 +94,14 @@ def crawl(browser: Browser, base_url: str, site: Path) -> Crawl:
 
 def test_the_site_has_the_pages_we_expect(site):
     pages = site_pages(site)
-    for expected in ["index.html", "tutorial.html", "migrating.html", "api.html", "search.html"]:
+    for expected in [
+        "index.html",
+        "tutorial.html",
+        "migrating.html",
+        "api/index.html",
+        "api/checking.html",
+        "search.html",
+    ]:
         assert expected in pages
     assert set(PROBLEM_PAGES) <= set(pages)
 
