@@ -16,7 +16,14 @@ import nox
 nox.needs_version = ">=2026.10.20"  # sessions in parallel (`nox --parallel`)
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_existing_virtualenvs = True
-nox.options.parallel = 2  # see PARALLEL
+# nox runs two sessions at once (one per core; `nox -j 1` runs one at a time), in the
+# order they are defined here: the two test sessions first; `docs` when one ends, so
+# that it finds most of the newest stack's compiled programs in JAX's cache (_jax_env);
+# `browser` once `docs` has built the site; the short sessions fill the gaps. Each
+# spends part of its time waiting (for processes to start JAX, for a hang to be
+# stopped, for the package index), which the other session's work fills.
+nox.options.parallel = 2
+nox.options.allow_parallel = True
 
 ROOT = Path(__file__).parent
 PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
@@ -34,13 +41,6 @@ DEVICE_COUNTS = ["1", "8"]
 # stopped: two at once keep both cores busy (measured on 2 cores: the subprocess tests
 # in 124 s instead of 172, the distributed ones in 82 instead of 156).
 WORKERS = ["--numprocesses", "2"]
-# nox runs two sessions at once (one per core; `nox -j 1` runs one at a time), in the
-# order they are defined here: the two test sessions first; `docs` when one ends, so
-# that it finds most of the newest stack's compiled programs in JAX's cache (_jax_env);
-# `browser` once `docs` has built the site; the short sessions fill the gaps. Each
-# spends part of its time waiting (for processes to start JAX, for a hang to be
-# stopped, for the package index), which the other session's work fills.
-PARALLEL = True
 # The code cells of the pages: errors, imports, bugbear, pyupgrade; lines are the
 # formatter's business (80 columns, to fit the page).
 PAGE_RULES = "E,F,I,B,UP --ignore E402,E501"
@@ -98,7 +98,7 @@ def _install(session: nox.Session, *groups: str, bytecode: bool = True) -> None:
         session.run("python", "-m", "compileall", "-q", "src", silent=True)
 
 
-@nox.session(python=TEST_PYTHONS, allow_parallel=PARALLEL)
+@nox.session(python=TEST_PYTHONS)
 def tests(session: nox.Session) -> None:
     """Run the test suite: in-process tests on 1 and 8 devices, subprocess tests once.
 
@@ -177,7 +177,7 @@ def _jax_env() -> dict[str, str]:
     }
 
 
-@nox.session(python=DOCS_PYTHON, allow_parallel=PARALLEL)
+@nox.session(python=DOCS_PYTHON)
 def docs(session: nox.Session) -> None:
     """Build the executed site into docs/_build/html and test it; `-- --serve` to preview."""
     _install(session, "docs", "test")
@@ -197,7 +197,7 @@ def docs(session: nox.Session) -> None:
     )  # fmt: skip
 
 
-@nox.session(python=DOCS_PYTHON, allow_parallel=PARALLEL, requires=["docs"])
+@nox.session(python=DOCS_PYTHON, requires=["docs"])
 def browser(session: nox.Session) -> None:
     """Test the site `docs` built in headless Chromium: every page, link and reader action."""
     chromium = _chromium(session)
@@ -237,7 +237,7 @@ def _chromium(session: nox.Session) -> str:
     return found
 
 
-@nox.session(python=DOCS_PYTHON, allow_parallel=PARALLEL)
+@nox.session(python=DOCS_PYTHON)
 def distributed(session: nox.Session) -> None:
     """Run the multi-process tests: scripts launched as 2-process JAX clusters (gloo)."""
     _install(session, "test")
@@ -247,7 +247,7 @@ def distributed(session: nox.Session) -> None:
     )  # fmt: skip
 
 
-@nox.session(python=DOCS_PYTHON, allow_parallel=PARALLEL)
+@nox.session(python=DOCS_PYTHON)
 def doctests(session: nox.Session) -> None:
     """Run every docstring example of the package on 8 fake CPU devices."""
     _install(session, "test")
@@ -257,7 +257,7 @@ def doctests(session: nox.Session) -> None:
     )  # fmt: skip
 
 
-@nox.session(python=DOCS_PYTHON, allow_parallel=PARALLEL)
+@nox.session(python=DOCS_PYTHON)
 def lint(session: nox.Session) -> None:
     """Lint, format-check and type-check the code; validate .readthedocs.yaml; repo-review."""
     _install(session, "lint", bytecode=False)
