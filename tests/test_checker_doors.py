@@ -289,6 +289,32 @@ def ppermute_flooded_then_zero_times_collective(x):
     return answer + 0 * ppermute_right(x)
 
 
+def _auto_mesh(x):
+    """A mesh whose axis is Auto (jax.jit partitions what is not in a shard_map)."""
+    return Mesh(np.array(jax.devices()[: usable_device_count(len(x))]), ("data",))
+
+
+def _rolled_average(x):
+    return (jnp.roll(x, 1) + x + jnp.roll(x, -1)) / 3  # jit's partitioning: collective-permutes
+
+
+def ppermute_zero_times_collective_in_one_program(x):
+    """Door 2: jit's own answer, plus 0 times a shard_map's ppermutes, in one program."""
+    mesh = _auto_mesh(x)
+    average = jax.shard_map(_average, mesh=mesh, in_specs=P("data"), out_specs=P("data"))
+    # XLA keeps the product (0 * inf is NaN, not 0), and with it the shard_map's ppermutes.
+    return jax.jit(lambda x: _rolled_average(x) + 0 * average(x))(_split(x, mesh))
+
+
+def ppermute_zero_times_collective_in_a_later_program(x):
+    """Door 2: as above, the product with zero in a program of its own."""
+    mesh = _auto_mesh(x)
+    average = jax.shard_map(_average, mesh=mesh, in_specs=P("data"), out_specs=P("data"))
+    blocks = _split(x, mesh)
+    answer, unused = jax.jit(_rolled_average)(blocks), jax.jit(average)(blocks)
+    return jax.jit(lambda a, b: a + 0 * b)(answer, unused)
+
+
 def ppermute_gather_everything(x):
     """Door 2: every device gathers the whole array to read two neighbours."""
     mesh = data_mesh(len(x))
@@ -445,6 +471,8 @@ SHORTCUTS = [
     ("shard_map_psum", psum_wraps_the_reference, "reference", "package's own", "reference"),
     ("shard_map_ppermute", ppermute_zero_times_collective, "placement", "computed on 1 device", None),
     ("shard_map_ppermute", ppermute_flooded_then_zero_times_collective, "placement", "computed on 1 device", None),
+    ("shard_map_ppermute", ppermute_zero_times_collective_in_one_program, "technique", "never reaches the answer", "technique"),
+    ("shard_map_ppermute", ppermute_zero_times_collective_in_a_later_program, "technique", "automatic partitioning", "technique"),
     ("shard_map_ppermute", ppermute_gather_everything, "technique", "all-gather", "technique"),
     ("shard_map_psum_scatter", psum_scatter_all_reduce_then_slice, "technique", "1 all-reduce", "technique"),
     ("shard_map_psum_scatter", psum_scatter_of_every_row, "budget", "sends", "pass"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -11,10 +12,21 @@ SITE = Path(__file__).parents[1] / "_build" / "html"
 
 
 def page(name: str) -> BeautifulSoup:
-    """The built HTML of page ``name`` (e.g. ``"training/gradients"``), parsed."""
+    """The built HTML of page ``name`` (e.g. ``"training/gradients"``), parsed.
+
+    Parsed once per test process and shared by every test that reads the page (a large
+    page takes a third of a second to parse, and dozens of tests read each one): read
+    it, never change it.
+    """
     path = SITE / f"{name}.html"
     if not path.is_file():
         pytest.fail(f"{path} is missing: build the site first (nox -s docs)")
+    return _parsed(path, path.stat().st_mtime_ns)
+
+
+@functools.cache
+def _parsed(path: Path, modified: int) -> BeautifulSoup:  # noqa: ARG001 (part of the key)
+    """``path`` parsed, as it was when last ``modified`` (a rebuilt page is read again)."""
     return BeautifulSoup(path.read_text(), "html.parser")
 
 

@@ -436,6 +436,7 @@ def describe_lineage(
                 "devices": run.devices,
                 "shard_map": "shard_map" in run.primitives,
                 "primitives": sorted(run.primitives),
+                "live": sorted(run.live or run.primitives),
                 "files": sorted(run.files),
                 "memory": dict(run.memory),
                 "text": communication_lines(run.text)[:TEXT_LIMIT],

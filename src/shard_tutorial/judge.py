@@ -393,6 +393,11 @@ def _judge_technique(
         else:
             way = "with jax.numpy or jax.jit"
         return "technique", f"right values, computed {way}, not with jax.shard_map: {practises}"
+    if (unused := _unused(technique, programs)) is not None:
+        return "technique", (
+            f"right values, but what {unused} computes never reaches the answer (its result "
+            f"is multiplied by zero, or not used): {practises}"
+        )
     if technique.primitives and not any(
         set(technique.primitives) & set(p.get("primitives", [])) for p in programs
     ):
@@ -446,6 +451,34 @@ def _judge_technique(
                 + (f" where {asked} was asked" if asked else "")
                 + f": {rule.why}"
             )
+    return None
+
+
+def _unused(technique: Technique, programs: list[dict[str, Any]]) -> str | None:
+    """What the problem asks for that the programs run but their outputs do not use.
+
+    ``primitives`` lists every operation a program traced; ``live`` those whose results
+    reach its outputs (:func:`shard_tutorial.dataflow.flow`: a product with a constant
+    zero uses neither factor). Asked for: shard_map, the technique's primitives, and a
+    primitive of each kind of collective it names.
+    """
+    traced: set[str] = set()
+    live: set[str] = set()
+    for program in programs:
+        traced.update(program.get("primitives", []))
+        live.update(program.get("live", program.get("primitives", [])))
+    asked: list[tuple[str, set[str]]] = [("jax.shard_map", {"shard_map"})]
+    if technique.primitives:
+        names = " or ".join(f"jax.lax.{name}" for name in technique.primitives)
+        asked.append((names, set(technique.primitives)))
+    for alternatives in technique.collectives:
+        primitives: set[str] = set()
+        for kind in alternatives:
+            primitives.update(_PRIMITIVES_OF_KIND.get(kind, set()))
+        asked.append((" or ".join(KINDS_IN_WORDS.get(k, k) for k in alternatives), primitives))
+    for words, primitives in asked:
+        if primitives & traced and not primitives & live:
+            return words
     return None
 
 

@@ -33,6 +33,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from shard_tutorial.dataflow import Flow, flow
+
 __all__ = ["Copy", "Lineage", "Recording", "Run", "record"]
 
 _PARTITIONS = re.compile(r"num_partitions=(\d+)")
@@ -58,6 +60,9 @@ class Run:
         holds, in bytes: ``argument``, ``output``, ``temp`` (temporaries),
         ``alias`` (outputs that reuse an argument's buffer) and ``peak`` (the
         most held at once); empty when the backend does not say.
+      live: the primitives whose results reach the program's outputs (not those
+        only multiplied by zero, say: :func:`shard_tutorial.dataflow.flow`).
+      live_inputs: for each input, whether an output depends on it (empty: all do).
     """
 
     order: int
@@ -69,6 +74,8 @@ class Run:
     outputs: tuple[Any, ...]
     files: frozenset[str] = frozenset()
     memory: dict[str, int] = dataclasses.field(default_factory=dict)
+    live: frozenset[str] = frozenset()
+    live_inputs: tuple[bool, ...] = ()
 
 
 @dataclasses.dataclass
@@ -174,7 +181,12 @@ class Recording:
                 reached += key in given
                 continue
             found[maker.order] = maker
-            pending.extend(k for k in maker.inputs if k is not None)
+            # Only the inputs the program's outputs depend on: an array a later program
+            # multiplies by zero is not where the answer came from.
+            live = getattr(maker, "live_inputs", ()) or (True,) * len(maker.inputs)
+            pending.extend(
+                k for k, used in zip(maker.inputs, live, strict=True) if used and k is not None
+            )
         runs = tuple(e for _, e in sorted(found.items()) if isinstance(e, Run))
         copies = tuple(e for _, e in sorted(found.items()) if isinstance(e, Copy))
         return Lineage(runs, copies, unknown, made_by, reached)
@@ -240,6 +252,15 @@ def _primitives(jaxpr: Any) -> tuple[frozenset[str], frozenset[str]]:
     return frozenset(found), frozenset(files)
 
 
+def _flow(jaxpr: Any, args: Sequence[Any]) -> Flow | None:
+    """What the program's outputs depend on, or None if it cannot be read for these args."""
+    try:
+        found = flow(jaxpr)
+    except Exception:  # noqa: BLE001 (a program this reading does not know: all of it counts)
+        return None
+    return found if len(found.inputs) == len(args) else None
+
+
 def _memory(compiled: Any) -> dict[str, int]:
     """XLA's memory analysis of a compiled program, per device (what ``memory_analysis()`` reads)."""
     try:
@@ -285,9 +306,9 @@ class _Hooks:
         self.put_impl: Callable[..., Any] = dispatch._batched_device_put_impl
         hooks = self
         # What was read of each compiled program once:
-        # (program, text, memory, primitives, files).
+        # (program, text, memory, primitives, files, flow).
         self.programs: dict[
-            int, tuple[Any, str, dict[str, int], frozenset[str], frozenset[str]]
+            int, tuple[Any, str, dict[str, int], frozenset[str], frozenset[str], Flow | None]
         ] = {}
 
         def run_and_record(*args: Any, jaxpr: Any, **params: Any) -> Any:
@@ -301,9 +322,11 @@ class _Hooks:
                         text = str(compiled.as_text())
                     except Exception:  # noqa: BLE001 (a backend without text: nothing to read)
                         text = ""
-                    known = (compiled, text, _memory(compiled), *_primitives(jaxpr))
+                    known = (
+                        compiled, text, _memory(compiled), *_primitives(jaxpr), _flow(jaxpr, args)
+                    )  # fmt: skip
                     hooks.programs[id(compiled)] = known
-                _, text, memory, primitives, files = known
+                _, text, memory, primitives, files, flowing = known
                 arrays = [isinstance(a, jax.Array) for a in args]
                 with _LOCK:
                     recording.runs.append(
@@ -317,6 +340,8 @@ class _Hooks:
                             tuple(out_flat),
                             files,
                             memory,
+                            primitives if flowing is None else flowing.primitives,
+                            () if flowing is None else flowing.inputs,
                         )
                     )
             return result

@@ -35,6 +35,23 @@ def in_mode(context: BrowserContext, mode: str) -> None:
     context.add_init_script(f"localStorage.setItem('mode', '{mode}');")
 
 
+def switch_mode(page: Any, mode: str) -> None:
+    """Switch a loaded page to the theme's ``mode`` as a reader does: its button's click.
+
+    The buttons sit in the theme's colour-mode menu; a click on one (the menu open or
+    not) runs the theme's own handler, which sets ``data-theme`` and stores the choice.
+    """
+    if mode not in MODES:
+        msg = f"mode must be one of {MODES}, got {mode!r}"
+        raise ValueError(msg)
+    clicked = page.evaluate(
+        "mode => { const b = document.querySelector(`.theme-change-button[data-mode=${mode}]`);"
+        " if (b) b.click(); return b !== null; }",
+        mode,
+    )
+    assert clicked, f"no theme button for the {mode} mode on {page.url}"
+
+
 # A page at rest: with transitions and animations off, and its fonts loaded, the audit
 # reads the colours a reader sees once the page is drawn, not a moment on the way.
 _NO_TRANSITIONS = (

@@ -1,0 +1,96 @@
+"""What a traced program's outputs depend on (shard_tutorial.dataflow), against programs
+whose answer is known by reading them."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from shard_tutorial import axis_mesh
+from shard_tutorial.dataflow import flow
+
+
+def _flow(f, *args):
+    return flow(jax.make_jaxpr(f)(*args))
+
+
+@pytest.mark.parametrize(
+    "f",
+    [
+        lambda x, y: x + 0 * y,
+        lambda x, y: x + y * 0.0,
+        lambda x, y: x + jnp.zeros_like(x) * y,  # a zero array, broadcast from a constant
+        lambda x, y: x + (0 * y) * 3.0,  # a product of a zero is zero too
+        jax.jit(lambda a, b: a + 0 * b),  # inside a nested program
+        jax.checkpoint(lambda a, b: a - b * 0),
+    ],
+    ids=["zero_times", "times_zero", "zeros_like", "zero_product", "nested_jit", "checkpoint"],
+)
+def test_a_product_with_a_constant_zero_uses_neither_factor(f):
+    x, y = jnp.arange(3.0), jnp.ones(3)
+    found = _flow(f, x, y)
+    assert found.inputs == (True, False)
+    assert "mul" not in found.primitives
+
+
+@pytest.mark.parametrize(
+    "f",
+    [
+        lambda x, y: x * y,
+        lambda x, y: x + 0 * x + y,
+        lambda x, y: x * (y - y),  # a zero computed at run time is not recognised
+        lambda x, y: jnp.where(x > 0, x, y),
+    ],
+)
+def test_other_operations_use_their_operands(f):
+    found = _flow(f, jnp.arange(3.0), jnp.ones(3))
+    assert found.inputs == (True, True)
+
+
+def test_an_unused_input_and_operation_are_not_live():
+    found = _flow(lambda x, y: (jnp.sin(x), jnp.cos(y))[0], 1.0, 2.0)
+    assert found.inputs == (True, False)
+    assert found.primitives == {"sin"}
+
+
+def test_a_loop_is_taken_whole():
+    # The carry swaps each step: after two steps `a` is x again, but a loop's flow is a
+    # fixed point over its steps; the reading keeps every input of a loop it reaches.
+    def f(x, y):
+        def body(carry, _):
+            a, b = carry
+            return (b, 0 * a), None
+
+        (a, _), _ = jax.lax.scan(body, (x, y), None, length=2)
+        return a
+
+    found = _flow(f, 1.0, 2.0)
+    assert found.inputs == (True, True)
+    assert "scan" in found.primitives
+
+
+def test_a_collective_multiplied_by_zero_inside_shard_map_is_not_live(device_count):
+    mesh = axis_mesh("data", device_count)
+
+    def body(b):
+        n = jax.lax.axis_size("data")
+        moved = jax.lax.ppermute(b, "data", [(i, (i + 1) % n) for i in range(n)])
+        return b * 2 + 0 * moved, jax.lax.psum(b, "data")
+
+    program = jax.shard_map(body, mesh=mesh, in_specs=P("data"), out_specs=(P("data"), P()))
+    x = jax.device_put(jnp.arange(2.0 * device_count), NamedSharding(mesh, P("data")))
+    both = _flow(program, x)
+    # psum's primitive is psum, psum2 or psum_invariant, by JAX version and types.
+    assert {"shard_map", "mul"} <= both.primitives
+    assert any(name.startswith("psum") for name in both.primitives)
+    assert "ppermute" not in both.primitives
+    first_only = _flow(lambda x: program(x)[0], x)
+    assert not any(name.startswith("psum") for name in first_only.primitives)
+
+
+def test_what_is_not_a_program_is_refused():
+    with pytest.raises(TypeError, match="jaxpr must be a traced program"):
+        flow(lambda x: x)
