@@ -193,7 +193,8 @@ def docs(session: nox.Session) -> None:
         return
     _build_site(session, *session.posargs)
     session.run(
-        "pytest", "docs/tests", "--ignore=docs/tests/browser", *WORKERS, *_timed(session, "all"),
+        "pytest", "docs/tests", "--ignore=docs/tests/browser",
+        "--ignore=docs/tests/test_execution_cache.py", *WORKERS, *_timed(session, "all"),
         env=_jax_env(),
     )  # fmt: skip
 
@@ -245,6 +246,20 @@ def distributed(session: nox.Session) -> None:
     session.run(
         "pytest", "-m", "distributed", *WORKERS, *_timed(session, "all"), *session.posargs,
         env=_jax_env(),
+    )  # fmt: skip
+
+
+@nox.session(python=DOCS_PYTHON)
+def execution_cache(session: nox.Session) -> None:
+    """Test the docs build's execution cache (docs/_ext) on small Sphinx projects of its own.
+
+    Apart from `docs`, whose site these tests do not read, so that `browser`, which
+    waits for `docs`, starts two minutes sooner.
+    """
+    _install(session, "docs", "test")
+    session.run(
+        "pytest", "docs/tests/test_execution_cache.py", *WORKERS, *_timed(session, "all"),
+        *session.posargs, env=_jax_env(),
     )  # fmt: skip
 
 

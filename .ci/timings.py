@@ -60,8 +60,15 @@ def owner(nodeid: str, names: set[str]) -> str | None:
     return None
 
 
-def problems(folder: Path) -> None:
-    """Each problem's seconds of tests (every session's runs) and of its page's execution."""
+def problems(folder: Path, wall: float | None = None) -> None:
+    """Each problem's seconds of tests (every session's runs) and of its page's execution.
+
+    With ``wall``, the run's wall-clock seconds, also each problem's share of it: its
+    seconds over all the seconds recorded (every problem's and the shared tests' and
+    pages'), times ``wall``. The time no report records (installs, Sphinx's own work,
+    the browser) is spread in the same proportion, so the share is, if anything, more
+    than what one more problem like it would add.
+    """
     names = problem_names()
     known = set(names)
     tests: dict[str, float] = defaultdict(float)
@@ -86,20 +93,30 @@ def problems(folder: Path) -> None:
         "\nCI seconds by problem: its tests in every session (test time, both stacks and\n"
         "device counts; pytest-xdist runs two at once), and its page's execution in the docs build"
     )
-    print(f"{'problem':<32} {'tests':>6} {'seconds':>8} {'page':>6} {'total':>7}")
+    recorded = sum(tests.values()) + sum(pages.values())
+    share = wall / recorded if wall and recorded else None
+    wall_heading = f" {'of wall':>8}" if share else ""
+    print(f"{'problem':<32} {'tests':>6} {'seconds':>8} {'page':>6} {'total':>7}{wall_heading}")
     rows = [*names, "(shared)"]
     for name in rows:
         total = tests.get(name, 0.0) + pages.get(name, 0.0)
+        of_wall = f" {total * share:>8.0f}" if share else ""
         print(
             f"{name:<32} {runs.get(name, 0):>6} {tests.get(name, 0.0):>8.0f} "
-            f"{pages.get(name, 0.0):>6.0f} {total:>7.0f}"
+            f"{pages.get(name, 0.0):>6.0f} {total:>7.0f}{of_wall}"
         )
     own = [tests.get(n, 0.0) + pages.get(n, 0.0) for n in names]
     if own:
         print(f"mean per problem: {sum(own) / len(own):.0f} s; most: {max(own):.0f} s")
+    if own and share:
+        print(
+            f"of the run's {wall:.0f} s of wall-clock, each problem's share (its seconds / all "
+            f"{recorded:.0f} recorded x {wall:.0f}): mean {sum(own) / len(own) * share:.0f} s, "
+            f"most {max(own) * share:.0f} s"
+        )
 
 
 if __name__ == "__main__":
     sessions(Path(sys.argv[1]))
     if len(sys.argv) > 2:
-        problems(Path(sys.argv[2]))
+        problems(Path(sys.argv[2]), float(sys.argv[3]) if len(sys.argv) > 3 else None)
