@@ -41,6 +41,16 @@ def test_each_device_holds_every_block_once_round_the_ring():
     assert "device 7 holds blocks [7 0 1 2 3 4 5 6]" in text
 
 
+def test_the_ring_picture_is_drawn_from_the_blocks_held():
+    (picture,) = page().select("img.ring-steps")
+    alt = picture["alt"]
+    assert alt.startswith(
+        "The block of x's rows each device holds (8 devices): 8 devices, 8 steps."
+    )
+    assert "Device 1 holds block 1, then 2, 3, 4, 5, 6, 7, 0." in alt
+    assert "Device 7 holds block 7, then 0, 1, 2, 3, 4, 5, 6." in alt
+
+
 def test_the_ring_sends_the_all_gathers_bytes_in_7_collective_permutes():
     assert difference(cell_output("def ring_matmul(")) < 1e-5
     text = cell_output("found = collectives(ring,")

@@ -37,6 +37,14 @@ def test_every_device_adds_to_every_blocks_sum_once_and_ends_with_its_own():
     assert "device 7 adds to the sums of blocks [6 5 4 3 2 1 0 7]" in text
 
 
+def test_the_ring_picture_is_drawn_from_the_sums_carried():
+    (picture,) = page().select("img.ring-steps")
+    alt = picture["alt"]
+    assert "8 devices, 8 steps." in alt
+    assert "Device 0 adds to the sum of block 7, then 6, 5, 4, 3, 2, 1, 0." in alt
+    assert "Device 1 adds to the sum of block 0, then 7, 6, 5, 4, 3, 2, 1." in alt
+
+
 def test_the_ring_sends_the_reduce_scatters_bytes_in_7_collective_permutes():
     text = cell_output("def ring_matmul(")
     assert difference(text) < 1e-5

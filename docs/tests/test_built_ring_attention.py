@@ -49,6 +49,14 @@ def test_the_ring_schedule_is_i_minus_s():
     assert len(rows) == 8
 
 
+def test_the_ring_picture_is_drawn_from_the_blocks_held():
+    (picture,) = built_pages.page(NAME).select("img.ring-steps")
+    alt = picture["alt"]
+    assert "8 devices, 8 steps." in alt
+    assert "Device 0 holds block 0, then 7, 6, 5, 4, 3, 2, 1." in alt
+    assert "Device 3 holds block 3, then 2, 1, 0, 7, 6, 5, 4." in alt
+
+
 def test_the_reference_matches_one_device_attention():
     text = cell_output("out = ring_attention(q, k, v, causal=causal)")
     lines = [line for line in text.splitlines() if "difference" in line]
