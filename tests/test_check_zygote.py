@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from judging import pasted_reference
+from processes import alive
 
 from shard_tutorial import check
 from shard_tutorial._check_zygote import SWITCH, ZYGOTES
@@ -33,15 +34,6 @@ SHORT_PSUM = dataclasses.replace(
     generate=None,
 )
 REFERENCE = pasted_reference("shard_map_psum")
-
-
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` still runs (a zombie waiting for its reaper does not)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state not in {"Z", "X"}
 
 
 def gone_within(pids: list[int], seconds: float) -> bool:

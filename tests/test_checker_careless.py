@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from judging import pasted_reference
+from processes import alive
 
 from shard_tutorial import check, checker
 from shard_tutorial.checker import CheckReport
@@ -51,15 +52,6 @@ def flat(text: str) -> str:
 
 def statuses(report: CheckReport) -> set[str]:
     return {result.status for run in report.runs for result in run.results}
-
-
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` still runs (a zombie waiting for its reaper does not)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state not in {"Z", "X"}
 
 
 # Each: the file's source, the status every case gets ("load" for a file that does not

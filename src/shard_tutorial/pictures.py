@@ -15,9 +15,10 @@ import io
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["Picture", "svg_source"]
+__all__ = ["Picture", "grid_axes", "svg_source"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,3 +91,36 @@ def svg_source(figure: Figure, *, transparent: bool = True) -> str:
     with mpl.rc_context({"svg.hashsalt": "shard_tutorial"}):
         figure.savefig(buffer, format="svg", transparent=transparent, metadata={"Date": None})
     return buffer.getvalue()
+
+
+def grid_axes(width: float, height: float) -> tuple[Figure, Axes]:
+    """A transparent figure for a grid of boxes, ``width`` by ``height`` units, y down.
+
+    The units are those the pictures of rows of devices use (a device's row is 1 high);
+    the figure is 0.4 inch a unit, with a margin, and draws no axes: the page's own
+    background shows through, so one picture reads on light and dark pages.
+
+    Args:
+      width: the drawing's width, in units.
+      height: its height, in units; y grows downwards, row 0 at the top.
+
+    Returns:
+      The figure and its one set of axes.
+
+    Examples:
+      >>> from shard_tutorial.pictures import grid_axes
+      >>> figure, axes = grid_axes(10, 4)
+      >>> [round(float(v), 1) for v in figure.get_size_inches()]
+      [4.2, 1.8]
+      >>> [round(float(v), 1) for v in axes.get_ylim()]  # y grows downwards
+      [4.2, -0.2]
+    """
+    from matplotlib.figure import Figure  # noqa: PLC0415 (drawing is optional)
+
+    fig = Figure(figsize=(0.4 * width + 0.2, 0.4 * height + 0.2))
+    fig.patch.set_alpha(0.0)  # transparent: the page's own background shows through
+    ax = fig.add_axes((0.0, 0.0, 1.0, 1.0))
+    ax.set_xlim(-0.2, width + 0.3)
+    ax.set_ylim(height + 0.2, -0.2)
+    ax.axis("off")
+    return fig, ax

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from shard_tutorial.pictures import Picture, svg_source
+from shard_tutorial.pictures import Picture, grid_axes, svg_source
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -323,8 +323,7 @@ def schedule_picture(plan: Schedule, *, width: float = 40.0) -> Picture:
 
 def _figure(plan: Schedule) -> Figure:
     """The matplotlib figure of :func:`schedule_picture`."""
-    from matplotlib.figure import Figure  # noqa: PLC0415 (drawing is optional)
-    from matplotlib.patches import Rectangle  # noqa: PLC0415
+    from matplotlib.patches import Rectangle  # noqa: PLC0415 (drawing is optional)
 
     from shard_tutorial.collective_diagrams import (  # noqa: PLC0415
         DEVICE_COLOURS,
@@ -339,12 +338,7 @@ def _figure(plan: Schedule) -> Figure:
     width = label_width + span * cell
     heading = 1.0
     height = heading + plan.devices * 1.0
-    fig = Figure(figsize=(0.4 * width + 0.2, 0.4 * height + 0.2))
-    fig.patch.set_alpha(0.0)  # transparent: the page's own background shows through
-    ax = fig.add_axes((0.0, 0.0, 1.0, 1.0))
-    ax.set_xlim(-0.2, width + 0.3)
-    ax.set_ylim(height + 0.2, -0.2)
-    ax.axis("off")
+    fig, ax = grid_axes(width, height)
     box = {"boxstyle": "round,pad=0.2", "facecolor": LABEL_FILL, "edgecolor": "none"}
     title = f"{plan.name}: {plan.devices} devices, {plan.microbatches} microbatches"
     ax.text(0.0, 0.4, f"{title}, bubble {plan.bubble:.0%}", fontsize=9, color=INK, bbox=box,

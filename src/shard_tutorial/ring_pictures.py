@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from shard_tutorial.pictures import Picture, svg_source
+from shard_tutorial.pictures import Picture, grid_axes, svg_source
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -69,8 +69,7 @@ def ring_picture(
 
 def _figure(blocks: np.ndarray, title: str) -> Figure:
     """The matplotlib figure of :func:`ring_picture`."""
-    from matplotlib.figure import Figure  # noqa: PLC0415 (drawing is optional)
-    from matplotlib.patches import Rectangle  # noqa: PLC0415
+    from matplotlib.patches import Rectangle  # noqa: PLC0415 (drawing is optional)
 
     from shard_tutorial.collective_diagrams import (  # noqa: PLC0415
         DEVICE_COLOURS,
@@ -83,12 +82,7 @@ def _figure(blocks: np.ndarray, title: str) -> Figure:
     label_width, cell, heading = 3.2, 1.3, 1.8
     width = label_width + steps * cell
     height = heading + devices
-    fig = Figure(figsize=(0.4 * width + 0.2, 0.4 * height + 0.2))
-    fig.patch.set_alpha(0.0)  # transparent: the page's own background shows through
-    ax = fig.add_axes((0.0, 0.0, 1.0, 1.0))
-    ax.set_xlim(-0.2, width + 0.3)
-    ax.set_ylim(height + 0.2, -0.2)
-    ax.axis("off")
+    fig, ax = grid_axes(width, height)
     box = {"boxstyle": "round,pad=0.2", "facecolor": LABEL_FILL, "edgecolor": "none"}
     ax.text(0.0, 0.4, title, fontsize=9, color=INK, bbox=box, va="center")
     for t in range(steps):
