@@ -29,6 +29,10 @@ devices never reach) is stopped, and the remaining cases run in a new process; a
 :data:`MAX_HANGS` hangs in all, the rest are not run, so a check ends within about
 two timeouts plus its normal time, whatever the solution does.
 
+The workers are forked from a process that has imported JAX already, kept for the
+life of the checker's process (:mod:`shard_tutorial._check_zygote`), rather than
+started afresh: each start would spend 1.3 s of CPU importing the same modules.
+
 From Python or a notebook, pass the function; from a terminal, the file that defines it::
 
     report = check("shard_map_psum", my_shard_map_psum)
@@ -61,6 +65,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from shard_tutorial._check_worker import MEMORY_SIGNS, is_library_file
+from shard_tutorial._check_zygote import ZYGOTES, Forked
 from shard_tutorial.judge import judge, judge_cluster
 from shard_tutorial.problem import Case, Problem
 from shard_tutorial.problems import get_problem
@@ -244,14 +249,15 @@ def check(
             deadline=time.monotonic() + deadline, seconds=deadline,
         )  # fmt: skip
         pool = ThreadPoolExecutor(len(counts))
-        try:
-            futures = [pool.submit(checking.run, n, processes if n > 1 else 1) for n in counts]
-            runs = tuple(future.result() for future in futures)
-        except BaseException:
-            checking.cancel.set()
-            raise
-        finally:
-            pool.shutdown()
+        with ZYGOTES.checking():  # the zygotes its workers are forked from
+            try:
+                futures = [pool.submit(checking.run, n, processes if n > 1 else 1) for n in counts]
+                runs = tuple(future.result() for future in futures)
+            except BaseException:
+                checking.cancel.set()
+                raise
+            finally:
+                pool.shutdown()
         notes = checking.notes()
     if INTERRUPTED.is_set():
         raise KeyboardInterrupt
@@ -346,6 +352,10 @@ def _installed(module: ModuleType) -> bool:
     """Whether ``module`` comes from the standard library or an installed package."""
     filename = getattr(module, "__file__", None)
     return filename is None or is_library_file(filename)  # no file: built in
+
+
+_Worker = subprocess.Popen[bytes] | Forked
+"""A worker process: started afresh, or forked from a zygote."""
 
 
 @dataclasses.dataclass
@@ -446,7 +456,7 @@ class _Check:
         # for _end_orphans.
         token = f"{os.getpid()}-{secrets.token_hex(8)}"
         with contextlib.ExitStack() as stack:
-            workers: list[subprocess.Popen[bytes]] = []
+            workers: list[_Worker] = []
             channels: list[int] = []
             # What each worker prints goes to a file with no name (nothing is left on
             # disk, whatever ends the check, and the solution cannot remove it).
@@ -485,35 +495,54 @@ class _Check:
         fd: int,
         token: str,
         cluster: dict[str, Any] | None = None,
-    ) -> subprocess.Popen[bytes]:
-        """Start a worker in a session of its own, limit it, then send it its request."""
+    ) -> _Worker:
+        """Start a worker in a session of its own, limit it, then send it its request.
+
+        The worker is forked from a zygote where one can run, else started afresh.
+
+        Raises:
+          _Cancelled: if the check was cancelled while the zygote was still starting.
+        """
+        env = {
+            **_worker_environment(),
+            # Inherited by everything the solution starts, even in a session of its own:
+            # how those processes are found and ended with the check (_end_descendants).
+            _TOKEN: token,
+        }
+        process: _Worker
+        forked = ZYGOTES.spawn(
+            env, frozenset({_TOKEN}), output.fileno(), fd,
+            # Stop waiting for a zygote still importing JAX when the check is cancelled,
+            # or past its deadline: a worker started afresh then reports that, as before.
+            give_up=lambda: self._cancelled() or time.monotonic() > self.deadline,
+        )  # fmt: skip
+        if forked is not None:
+            # A forked worker dies with the zygote, which dies with the checker.
+            process, parent, channel = forked, forked.parent, forked.channel
+        elif self._cancelled():
+            raise _Cancelled
+        else:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "shard_tutorial._check_worker"],
+                stdin=subprocess.PIPE,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                pass_fds=(fd,),
+                env=env,
+                start_new_session=True,  # its own process group: ended as a whole
+            )
+            parent, channel = os.getpid(), fd
         request = {
             "solution": self.spec,
             "devices": devices,
             "cases": [case.args for case in self.cases],
             "start": start,
-            "fd": fd,
-            "cluster": cluster,
+            "fd": channel,
+            "cluster": None if cluster is None else {**cluster, "parent": parent},
             "arrange": _qualified(self.problem.arrange),
             "limits": _qualified(self.problem.budget.limits if self.problem.budget else None),
-            "parent": os.getpid(),  # the worker dies with the checker, even by SIGKILL
+            "parent": parent,  # the worker dies with the checker, even by SIGKILL
         }
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
-            # Inherited by everything the solution starts, even in a session of its own:
-            # how those processes are found and ended with the check (_end_descendants).
-            _TOKEN: token,
-        }
-        process = subprocess.Popen(
-            [sys.executable, "-m", "shard_tutorial._check_worker"],
-            stdin=subprocess.PIPE,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            pass_fds=(fd,),
-            env=env,
-            start_new_session=True,  # its own process group: ended as a whole
-        )
         assert process.stdin is not None
         try:
             # The worker waits for its request before it runs a line of the solution's,
@@ -528,6 +557,11 @@ class _Check:
             _end_session(process, grace=0)
             raise
         return process
+
+
+def _worker_environment() -> dict[str, str]:
+    """The environment of a worker but for the check's token: the checker's, and its path."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
 
 
 def _qualified(function: Callable[..., Any] | None) -> str | None:
@@ -553,7 +587,7 @@ class _Follow:
     def __init__(
         self,
         check: _Check,
-        processes: list[subprocess.Popen[bytes]],
+        processes: list[_Worker],
         channels: list[int],
         outputs: list[BinaryIO],
         devices: int,
@@ -841,11 +875,13 @@ def _memory_message(detail: str) -> str:
     )
 
 
-def _exit_status(process: subprocess.Popen[bytes]) -> int | None:
+def _exit_status(process: _Worker) -> int | None:
     """The worker's exit status (negative: killed by that signal) if it ended, else None.
 
     The worker is not reaped, so its process group cannot be reused before it is ended.
     """
+    if isinstance(process, Forked):  # the zygote's child: the zygote says
+        return process.exit_status()
     if process.returncode is not None:
         return process.returncode
     try:
@@ -857,7 +893,7 @@ def _exit_status(process: subprocess.Popen[bytes]) -> int | None:
     return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
 
 
-def _wait_exit(process: subprocess.Popen[bytes], grace: float) -> int | None:
+def _wait_exit(process: _Worker, grace: float) -> int | None:
     """The worker's exit status once it ended, waiting at most ``grace`` seconds."""
     deadline = time.monotonic() + grace
     while (status := _exit_status(process)) is None and time.monotonic() < deadline:
@@ -865,7 +901,7 @@ def _wait_exit(process: subprocess.Popen[bytes], grace: float) -> int | None:
     return status
 
 
-def _end_session(process: subprocess.Popen[bytes], grace: float) -> None:
+def _end_session(process: _Worker, grace: float) -> None:
     """Let the worker exit within ``grace`` seconds, then kill its whole process group."""
     _wait_exit(process, grace)
     with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is gone
@@ -897,6 +933,8 @@ def _tail(output: BinaryIO, size: int = 2000) -> str:
 
 _TOKEN = "SHARD_TUTORIAL_CHECK"
 """The environment variable that marks every process of a check, with the check's token."""
+# The zygote of the environment the checker is imported in lasts as long as the process.
+ZYGOTES.home(_worker_environment(), frozenset({_TOKEN}))
 
 
 def _end_descendants(token: str) -> None:
