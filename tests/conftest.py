@@ -93,8 +93,9 @@ def device_count() -> int:
 # initialises, calls Python (nanobind creating an enum class, as JAX is imported): there,
 # a KeyboardInterrupt aborts the whole process ("Critical nanobind error").
 _INTERRUPTIBLE_CLI = """\
-import os, runpy, signal, sys
+import faulthandler, os, runpy, signal, sys
 signal.signal(signal.SIGINT, signal.default_int_handler)
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # a hanging test's diagnosis
 
 def initialising(frame):
     # The native module the importer is creating or executing, if it called this frame.
@@ -130,5 +131,6 @@ def interruptible_cli() -> Callable[..., list[str]]:
     With Python's own Ctrl-C handler, as in a terminal; in an environment with
     ``SHARD_TUTORIAL_TEST_CTRL_C_NATIVE=1`` it interrupts itself while one of jaxlib's
     native modules initialises, and says so on standard error ("Ctrl-C pressed in ...").
+    On ``SIGUSR1`` it prints the stack of each of its threads (``processes.communicate``).
     """
     return lambda *args: [sys.executable, "-c", _INTERRUPTIBLE_CLI, *map(str, args)]

@@ -1,8 +1,14 @@
-"""Looking at processes from a test: whether one still runs."""
+"""Looking at processes from a test: whether one still runs, and why one has not ended."""
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import subprocess
+import time
 from pathlib import Path
+
+import pytest
 
 
 def alive(pid: int) -> bool:
@@ -12,3 +18,39 @@ def alive(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return False
     return state not in {"Z", "X"}
+
+
+def children(pid: int) -> list[str]:
+    """``PID STATE COMMAND`` of each child of process ``pid``, for a failure's message."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            pid_and_name, rest = stat.read_text().rsplit(")", 1)
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        state, parent = rest.split()[:2]
+        if int(parent) == pid:
+            found.append(f"{pid_and_name.replace(' (', ' ')} {state}")
+    return found
+
+
+def communicate(process: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
+    """``process.communicate(timeout=timeout)``, failing the test with why it hangs.
+
+    On a timeout the process is asked for the stack of each of its threads (the
+    command lines of ``conftest.interruptible_cli`` print them on ``SIGUSR1``, with
+    :mod:`faulthandler`), then killed; the failure shows the stacks, the end of
+    what it printed, and its children.
+    """
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        return process.communicate(timeout=timeout)
+    left = children(process.pid)
+    process.send_signal(signal.SIGUSR1)
+    time.sleep(1.0)
+    process.kill()
+    stdout, stderr = process.communicate()
+    pytest.fail(
+        f"still running after {timeout:g} s; its children: {left}\n"
+        f"its standard output ends: {stdout[-2000:]}\n"
+        f"its standard error (with its threads' stacks) ends: {stderr[-8000:]}"
+    )

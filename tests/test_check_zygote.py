@@ -22,7 +22,7 @@ from judging import pasted_reference
 from processes import alive
 
 from shard_tutorial import check
-from shard_tutorial._check_zygote import SWITCH, ZYGOTES
+from shard_tutorial._check_zygote import SWITCH, ZYGOTES, Zygote
 from shard_tutorial.problems import get_problem
 
 pytestmark = [pytest.mark.subprocesses, pytest.mark.once]
@@ -187,3 +187,30 @@ def test_the_zygote_refuses_a_command_line_it_was_not_given_by_a_checker():
     )
     assert ran.returncode == 2
     assert "usage: python -m shard_tutorial._check_zygote SOCKET_FD CHECKER_PID" in ran.stderr
+
+
+@pytest.mark.parametrize("worker_state", ["running", "ended, not yet released"])
+def test_a_closed_zygote_leaves_no_worker_behind_not_even_a_zombie(tmp_path, worker_state):
+    # Before: close() killed the zygote, and its workers' zombies waited for the
+    # system's first process to reap them (a Ctrl-C test saw one 0.5 s later).
+    zygote, worker = Zygote(os.environ, str(tmp_path)), None
+    try:
+        assert zygote.wait_ready(give_up=lambda: False)
+        read_channel, write_channel = os.pipe()
+        with (tmp_path / "output").open("wb") as output:
+            worker = zygote.spawn(os.environ, output.fileno(), write_channel)
+        os.close(write_channel)
+        os.close(read_channel)
+        assert worker is not None  # it waits for its request, which never comes
+        if worker_state != "running":
+            worker.kill()
+            assert zygote.status(worker.pid, timeout=30) == -signal.SIGKILL
+            assert Path(f"/proc/{worker.pid}").exists()  # a zombie of the zygote's
+    finally:
+        zygote.close()
+        if worker is not None:
+            worker.stdin.close()  # closed only now: at its end of file the worker would exit
+    assert worker is not None
+    with pytest.raises(ProcessLookupError):
+        os.kill(worker.pid, 0)
+    assert zygote.process.returncode == 0  # it exited by itself, having reaped its workers

@@ -25,6 +25,7 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 from judging import pasted_reference
+from processes import communicate
 
 from shard_tutorial import PROBLEMS, check, checker, reference_copy
 from shard_tutorial.checker import RANDOM_CASES, CheckReport
@@ -296,31 +297,32 @@ def test_ctrl_c_stops_the_check_and_its_processes(tmp_path, interruptible_cli):
     def workers() -> list[int]:
         return [int(line) for line in marker.read_text().split()] if marker.exists() else []
 
-    cli = subprocess.Popen(
+    with subprocess.Popen(  # its pipes are closed whatever happens
         interruptible_cli("check", "shard_map_psum", path),
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
-    try:
-        while len(workers()) < 2:  # a case is running on 1 and on 8 devices
-            assert cli.poll() is None, cli.communicate()
-            time.sleep(0.1)
-        cli.send_signal(signal.SIGINT)  # to the command only, as a notebook interrupts
-        _, stderr = cli.communicate(timeout=60)
-        assert cli.returncode == 130
-        assert "interrupted: the check was stopped" in stderr
-        time.sleep(0.5)
-        for worker in workers():  # the looping workers were killed, not left behind
-            with pytest.raises(ProcessLookupError):
-                os.kill(worker, 0)
-    finally:
-        cli.kill()
-        for worker in workers():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(worker, signal.SIGKILL)
+    ) as cli:
+        try:
+            while len(workers()) < 2:  # a case is running on 1 and on 8 devices
+                assert cli.poll() is None, cli.communicate()
+                time.sleep(0.1)
+            cli.send_signal(signal.SIGINT)  # to the command only, as a notebook interrupts
+            _, stderr = communicate(cli, timeout=60)
+            assert cli.returncode == 130
+            assert "interrupted: the check was stopped" in stderr
+            # The command ended its workers, and reaped them (with the zygote they were
+            # forked from) before it exited: not even a zombie is left.
+            for worker in workers():
+                with pytest.raises(ProcessLookupError):
+                    os.kill(worker, 0)
+        finally:
+            cli.kill()
+            for worker in workers():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(worker, signal.SIGKILL)
 
 
 # While JAX is imported (a native module of jaxlib initialising, then a few moments
@@ -334,22 +336,21 @@ def test_ctrl_c_at_any_moment_stops_the_command(tmp_path, interruptible_cli, mom
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     if moment == "jaxlib-init":
         env["SHARD_TUTORIAL_TEST_CTRL_C_NATIVE"] = "1"  # the command interrupts itself
-    cli = subprocess.Popen(
+    with subprocess.Popen(  # its pipes are closed whatever happens
         interruptible_cli("check", "shard_map_psum", path),
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=env,
-    )
-    try:
-        if moment != "jaxlib-init":
-            time.sleep(moment)
-            cli.send_signal(signal.SIGINT)
-        _, stderr = cli.communicate(timeout=30)  # not the whole check (2 hangs: 20 s+)
-    finally:
-        cli.kill()
-        cli.wait()
+    ) as cli:
+        try:
+            if moment != "jaxlib-init":
+                time.sleep(moment)
+                cli.send_signal(signal.SIGINT)
+            _, stderr = communicate(cli, timeout=30)  # not the whole check (2 hangs: 20 s+)
+        finally:
+            cli.kill()
     assert "nanobind" not in stderr
     if moment == "jaxlib-init":
         # Held until the import ended (before the fix: "Critical nanobind error", -6).

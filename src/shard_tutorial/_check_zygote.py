@@ -24,7 +24,9 @@ Every guarantee of the checker's holds for a forked worker as for a started one:
   worker dies with the zygote (``PR_SET_PDEATHSIG``, as
   :func:`shard_tutorial.launcher._die_with_launcher` sets it for a started worker),
   and the zygote exits as soon as the checker is gone (it watches a pidfd of the
-  checker and its socket to it), killing the sessions of the workers still running.
+  checker and its socket to it), killing the sessions of its workers and reaping
+  them first. The checker, at its exit, closes the socket and waits for that: once
+  it has exited, no worker is left, not even a zombie for the first process to reap.
 - Its ``/proc/PID/environ`` shows the check's token (which ``_end_descendants``
   and ``_end_orphans`` look for, also in the processes the solution forks into
   sessions of their own): Linux shows there the environment a process was
@@ -78,6 +80,8 @@ READY_TIMEOUT = 120.0
 """Seconds a zygote may take to import JAX before it counts as broken (as a worker may)."""
 FORK_TIMEOUT = 30.0
 """Seconds a ready zygote may take to answer a request for a worker (it takes milliseconds)."""
+CLOSE_GRACE = 10.0
+"""Seconds a zygote may take to end and reap its workers once told to stop, before it is killed."""
 _BROKEN = 70  # a forked worker's exit status when it could not be set up (EX_SOFTWARE)
 _WORKER = "shard_tutorial._check_worker"
 _ZYGOTE = "shard_tutorial._check_zygote"  # not __name__, which is "__main__" in the zygote
@@ -288,13 +292,25 @@ class Zygote:
         with self.condition:
             return not self.workers
 
-    def close(self) -> None:
-        """End the zygote (and with it any worker of its still running) and reap it."""
+    def close(self, grace: float = CLOSE_GRACE) -> None:
+        """End the zygote and every worker of its, and reap it.
+
+        A zygote that serves ends its workers' sessions and reaps the workers when
+        its socket closes, then exits: once this returns, no worker of it is left,
+        not even as a zombie that the system's first process has still to reap. One
+        still importing JAX has no worker, and is killed at once, as is one that has
+        not exited within ``grace`` seconds.
+        """
         with contextlib.suppress(OSError):
-            self.socket.shutdown(socket.SHUT_RDWR)  # wakes the reading thread
+            self.socket.shutdown(socket.SHUT_RDWR)  # wakes both readers: ours and the zygote
         self.socket.close()
-        self.process.kill()
-        self.process.wait()
+        if not self.ready:
+            self.process.kill()
+        try:
+            self.process.wait(grace)
+        except subprocess.TimeoutExpired:
+            self.process.kill()  # its workers die with it (PR_SET_PDEATHSIG)
+            self.process.wait()
 
 
 def _environment_bytes(environ: Mapping[str, str]) -> int:
@@ -523,6 +539,7 @@ class _Server:
         self.buffer = b""
         self.fds: list[int] = []  # received, not yet taken by a request
         self.children: dict[int, int] = {}  # pid -> its pidfd, while it runs
+        self.unreaped: set[int] = set()  # forked and not yet reaped (running, or a zombie)
         # The lowest descriptor a worker has free for its channel (3, unless an import
         # left one open), as a started worker gets the checker's number for it.
         self.target = min(set(range(3, len(kept) + 4)) - kept)
@@ -540,10 +557,19 @@ class _Server:
                     self._exited(key.data)
 
     def _end(self) -> NoReturn:
-        """The checker is gone (or done): end its workers' sessions, and exit at once."""
-        for pid in self.children:
+        """The checker is gone (or done): end its workers' sessions, reap them, and exit.
+
+        Each worker not yet released leads its own process group (a zombie's pid is
+        not reused), so the group is killed whole. Reaping them here, rather than
+        leaving the zombies to the system's first process, means that once the
+        zygote has exited no worker of its is left.
+        """
+        for pid in self.unreaped:
             with contextlib.suppress(OSError):
                 os.killpg(pid, signal.SIGKILL)
+        for pid in self.unreaped:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
         os._exit(0)  # nothing to flush or finalise
 
     def _send(self, message: dict[str, Any]) -> None:
@@ -566,8 +592,10 @@ class _Server:
                 taken, self.fds = self.fds[:3], self.fds[3:]
                 self._fork(message, *taken)
             elif message["op"] == "release":
+                pid = int(message["pid"])
+                self.unreaped.discard(pid)
                 with contextlib.suppress(ChildProcessError):
-                    os.waitpid(int(message["pid"]), 0)
+                    os.waitpid(pid, 0)
         return True
 
     def _fork(self, message: dict[str, Any], request: int, output: int, channel: int) -> None:
@@ -580,6 +608,7 @@ class _Server:
         if pid == 0:
             os.close(started)
             self._become_worker(message, request, output, channel, ready)
+        self.unreaped.add(pid)
         os.close(ready)
         for fd in (request, output, channel):
             os.close(fd)

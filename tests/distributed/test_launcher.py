@@ -14,6 +14,7 @@ import sys
 import time
 
 import pytest
+from processes import communicate
 
 from shard_tutorial import launch
 
@@ -197,22 +198,22 @@ def test_a_hang_in_a_collective_is_stopped_at_the_timeout(script, tagged_env):
 
 def test_ctrl_c_stops_every_process(script, tagged_env, interruptible_cli):
     path = script(STEPS_SCRIPT.replace("process_index() == 1", "process_index() == 99"))
-    cli = subprocess.Popen(
+    with subprocess.Popen(  # its pipes are closed whatever happens
         interruptible_cli("launch", "--processes", "2", "--devices-per-process", "2", path),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, **tagged_env},
-    )  # fmt: skip
-    try:
-        seen: set[str] = set()
-        assert cli.stdout is not None
-        for line in cli.stdout:  # both processes are in their loop of psums
-            seen.add(line.split()[0])
-            if seen == {"[0]", "[1]"}:
-                break
-        cli.send_signal(signal.SIGINT)  # to the command only, as a terminal's Ctrl-C
-        _, stderr = cli.communicate(timeout=60)
-    finally:
-        cli.kill()
+    ) as cli:  # fmt: skip
+        try:
+            seen: set[str] = set()
+            assert cli.stdout is not None
+            for line in cli.stdout:  # both processes are in their loop of psums
+                seen.add(line.split()[0])
+                if seen == {"[0]", "[1]"}:
+                    break
+            cli.send_signal(signal.SIGINT)  # to the command only, as a terminal's Ctrl-C
+            _, stderr = communicate(cli, timeout=60)
+        finally:
+            cli.kill()
     assert cli.returncode == 130
     assert stderr.endswith("interrupted: every process was stopped\n")
 
@@ -225,18 +226,17 @@ def test_ctrl_c_at_any_moment_stops_the_launch(script, tagged_env, interruptible
     env = {**os.environ, **tagged_env}
     if moment == "jaxlib-init":
         env["SHARD_TUTORIAL_TEST_CTRL_C_NATIVE"] = "1"  # the command interrupts itself
-    cli = subprocess.Popen(
+    with subprocess.Popen(  # its pipes are closed whatever happens
         interruptible_cli("launch", "--processes", "2", "--devices-per-process", "2", path),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
-    try:
-        if moment != "jaxlib-init":
-            time.sleep(moment)
-            cli.send_signal(signal.SIGINT)
-        stdout, stderr = cli.communicate(timeout=60)  # the script runs for a minute or more
-    finally:
-        cli.kill()
-        cli.wait()
+    ) as cli:  # fmt: skip
+        try:
+            if moment != "jaxlib-init":
+                time.sleep(moment)
+                cli.send_signal(signal.SIGINT)
+            stdout, stderr = communicate(cli, timeout=60)  # the script runs a minute or more
+        finally:
+            cli.kill()
     assert "nanobind" not in stderr
     if moment == "jaxlib-init":
         # Held until the import ended (before the fix: "Critical nanobind error", -6),
