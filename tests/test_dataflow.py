@@ -11,6 +11,7 @@ from jax.sharding import PartitionSpec as P
 
 from shard_tutorial import axis_mesh
 from shard_tutorial.dataflow import flow
+from shard_tutorial.recording import record
 
 
 def _flow(f, *args):
@@ -94,3 +95,26 @@ def test_a_collective_multiplied_by_zero_inside_shard_map_is_not_live(device_cou
 def test_what_is_not_a_program_is_refused():
     with pytest.raises(TypeError, match="jaxpr must be a traced program"):
         flow(lambda x: x)
+
+
+def test_a_program_whose_answer_is_an_input_records_nothing_live():
+    # Before: an empty `live` read as "not read, everything counts", so a program that
+    # computed a psum and returned the answer it was given passed the judge's reading.
+    mesh = axis_mesh("i", jax.device_count())
+    summed = jax.shard_map(
+        lambda b: jax.lax.psum(b, "i"), mesh=mesh, in_specs=P("i"), out_specs=P()
+    )
+
+    @jax.jit
+    def program(x, answer):
+        summed(x)  # traced, run, and thrown away
+        return answer
+
+    x = jax.device_put(jnp.arange(8.0 * jax.device_count()), NamedSharding(mesh, P("i")))
+    answer = jnp.zeros(8)
+    with record() as recording:
+        program(x, answer)
+    (run,) = recording.runs
+    assert "shard_map" in run.primitives
+    assert run.live == frozenset()
+    assert run.live_inputs == (False, True)

@@ -20,6 +20,7 @@ from shard_tutorial.transformer_block import (
     loss,
     mesh_2x4,
     placed,
+    predicted_costs,
     sharded_gradients,
     synthetic_data,
     train,
@@ -92,6 +93,57 @@ def test_the_step_compiles_to_fsdp_gathers_and_sequence_parallel_collectives():
     model = {c.result for c in found if c.group_size == 4}
     assert model == {"f32[4,16,32]", "f32[4,4,32]"}
     assert sum(ring_bytes(c) for c in found) == 57_799
+
+
+@pytest.mark.parametrize(("data", "model"), [(2, 4), (8, 8), (1, 4), (2, 1)])
+def test_the_predicted_costs_are_the_hand_formulas(data, model):
+    # Llama 3 8B's width, 8 sequences of 8,192 tokens: nothing is allocated.
+    config = BlockConfig(d_model=4096, heads=32, d_ff=14336, seq=8192, batch=8)
+    d, f, t, b = config.d_model, config.d_ff, config.seq, config.batch
+    costs = predicted_costs(config, data=data, model=model)
+    matrices = 4 * d * d + 2 * d * f  # qkv, out, up, down: split over every device
+    assert costs.params == 4 * (matrices // (data * model) + 2 * d)  # the norms whole
+    assert costs.optimizer_state == 2 * costs.params + 4
+    assert costs.batch == 2 * 4 * (b // data) * (t // model) * d
+    sent = {(x.kind, x.devices): x.sent for x in costs.transfers}
+    want = {}
+    if data > 1:
+        want[("all-gather", data)] = (data - 1) / data * 4 * matrices / model
+        want[("reduce-scatter", data)] = (data - 1) * 4 * matrices / (data * model)
+    if model > 1:
+        whole = 4 * (b // data) * t * d  # a device's sequences, every token
+        want[("all-gather", model)] = 4 * (model - 1) / model * whole
+        want[("reduce-scatter", model)] = 4 * (model - 1) * whole / model
+    want[("all-reduce", data * model)] = 2 * (data * model - 1) / (data * model) * 4 * (1 + 2 * d)
+    assert sent.keys() == want.keys()
+    for key, value in want.items():
+        assert sent[key] == pytest.approx(value, rel=1e-12), key
+
+
+def test_sizes_the_calculators_mesh_cannot_split_are_refused_with_their_name():
+    with pytest.raises(ValueError, match=r"config.heads \(4\) must be a multiple of model \(8\)"):
+        predicted_costs(model=8)
+    with pytest.raises(ValueError, match="data must be at least 1"):
+        predicted_costs(data=0)
+
+
+@needs_8
+@pytest.mark.parametrize(
+    "config",
+    [CONFIG, BlockConfig(d_model=64, heads=8, d_ff=96, seq=8, batch=2)],
+    ids=["page", "other"],
+)
+def test_the_predicted_costs_are_the_compiled_steps(config):
+    params, xs, ys = placed("fsdp_tp_sp", init_params(config, 0), *synthetic_data(config, 0, 1))
+    step = training_step("fsdp_tp_sp", 3e-3)
+    program = step.lower(params, optax.adam(3e-3).init(params), xs[0], ys[0]).compile()
+    compiled = collections.defaultdict(lambda: [0, 0.0])
+    for c in parse_collectives(program.as_text()):
+        compiled[(c.kind, c.group_size)][0] += 1
+        compiled[(c.kind, c.group_size)][1] += ring_bytes(c)
+    predicted = predicted_costs(config)
+    assert {(t.kind, t.devices): [t.count, t.sent] for t in predicted.transfers} == compiled
+    assert predicted.arguments == program.memory_analysis().argument_size_in_bytes
 
 
 @needs_8

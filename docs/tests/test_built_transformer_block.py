@@ -62,3 +62,29 @@ def test_the_two_loss_curves_lie_on_top_of_each_other():
     assert ends, text
     assert float(ends[1]) / float(ends[2]) > 5  # it learns
     assert page(PAGE).select("figure img, div.cell_output img, svg")  # the curves are drawn
+
+
+def test_the_calculator_predicts_the_compiled_steps_traffic_and_arguments():
+    text = cell_output(PAGE, "predicted = predicted_costs(config)")
+    predicted = re.search(r"predicted: (\d+) collectives, ([\d,]+) bytes", text)
+    compiled = re.search(r"compiled:  (\d+) collectives, ([\d,]+) bytes", text)
+    assert predicted, text
+    assert compiled, text
+    assert predicted.groups() == compiled.groups() == ("17", "57,799")
+    memory = cell_output(PAGE, "memory_analysis()")
+    measured = re.search(r"2 x 4 mesh, per device\s+arguments\s+([\d,]+) B", memory)
+    foreseen = re.search(r"predicted per device: .* arguments ([\d,]+) B", memory)
+    assert measured, memory
+    assert foreseen, memory
+    assert measured[1] == foreseen[1]
+
+
+def test_at_llama_width_the_activations_move_most():
+    text = cell_output(PAGE, "big = BlockConfig(")
+    for mesh in ("2 x 4", "8 x 8"):
+        block = text.split(f"{mesh}: holds", 1)[1].split(" x ", 1)[0]
+        sent = {
+            what.strip(): float(mb.replace(",", ""))
+            for what, mb in re.findall(r"sends (.+?)\s+([\d,.]+) MB", block)
+        }
+        assert sent["activations"] > 10 * (sent["weights"] + sent["weights' gradients"]), sent

@@ -436,7 +436,8 @@ def describe_lineage(
                 "devices": run.devices,
                 "shard_map": "shard_map" in run.primitives,
                 "primitives": sorted(run.primitives),
-                "live": sorted(run.live or run.primitives),
+                # Nothing live (every result multiplied by zero) is not "not read".
+                "live": sorted(run.primitives if run.live is None else run.live),
                 "files": sorted(run.files),
                 "memory": dict(run.memory),
                 "text": communication_lines(run.text)[:TEXT_LIMIT],

@@ -83,6 +83,7 @@ __all__ = [
     "param_shapes",
     "param_specs",
     "real_mesh",
+    "sent_per_device",
     "train_step",
 ]
 
@@ -355,8 +356,29 @@ class Transfer:
     sent: float
 
 
-def _sent(kind: str, devices: int, nbytes: float) -> float:
-    """Bytes one device sends for a collective whose result is ``nbytes`` on each device."""
+def sent_per_device(kind: str, devices: int, nbytes: float) -> float:
+    """Bytes one device sends for a collective whose result is ``nbytes`` on each device.
+
+    The ring algorithm's figures, as :func:`shard_tutorial.compiled.ring_bytes` gives
+    them for a collective read from a compiled program, for the kinds a training
+    step's layouts need.
+
+    Args:
+      kind: ``"all-gather"``, ``"reduce-scatter"`` or ``"all-reduce"``.
+      devices: how many devices each group has.
+      nbytes: the bytes of the collective's result on one device.
+
+    Raises:
+      ValueError: for another kind.
+
+    Examples:
+      >>> from shard_tutorial.costs import sent_per_device
+      >>> [sent_per_device(k, 4, 1024) for k in ("all-gather", "reduce-scatter", "all-reduce")]
+      [768.0, 3072, 1536.0]
+    """
+    if kind not in ("all-gather", "reduce-scatter", "all-reduce"):
+        msg = f"kind must be 'all-gather', 'reduce-scatter' or 'all-reduce', got {kind!r}"
+        raise ValueError(msg)
     if kind == "reduce-scatter":
         return (devices - 1) * nbytes
     if kind == "all-gather":
@@ -509,11 +531,11 @@ def costs(
         for _ in range(2 if regather else 1):
             transfers.append(
                 Transfer("parameters", "all-gather", ("fsdp",), n, count, gathered,
-                         _sent("all-gather", n, gathered))
+                         sent_per_device("all-gather", n, gathered))
             )  # fmt: skip
         transfers.append(
             Transfer("gradients", "reduce-scatter", ("fsdp",), n, count, held,
-                     _sent("reduce-scatter", n, held))
+                     sent_per_device("reduce-scatter", n, held))
         )  # fmt: skip
     replicated = ("data",) if fsdp else ("data", "fsdp")
     axes = tuple(a for a in replicated if full[a] > 1)
@@ -521,7 +543,7 @@ def costs(
     if n > 1:
         transfers.append(
             Transfer("gradients", "all-reduce", axes, n, len(jax.tree.leaves(shapes)), held,
-                     _sent("all-reduce", n, held))
+                     sent_per_device("all-reduce", n, held))
         )  # fmt: skip
     if tp and full["model"] > 1:
         n = full["model"]
@@ -531,13 +553,13 @@ def costs(
         count = (6 if regather and fsdp else 4) * config.n_layers
         transfers.append(
             Transfer("activations", "all-reduce", ("model",), n, count, count * activation,
-                     _sent("all-reduce", n, count * activation))
+                     sent_per_device("all-reduce", n, count * activation))
         )  # fmt: skip
     batch_axes = tuple(a for a in ("data", "fsdp") if full[a] > 1)
     if batch_axes:
         transfers.append(
             Transfer("loss", "all-reduce", batch_axes, batch_devices, 1, _BYTES,
-                     _sent("all-reduce", batch_devices, _BYTES))
+                     sent_per_device("all-reduce", batch_devices, _BYTES))
         )  # fmt: skip
     slots = OPTIMIZERS[optimizer]
     return Costs(

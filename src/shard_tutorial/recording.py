@@ -61,8 +61,10 @@ class Run:
         ``alias`` (outputs that reuse an argument's buffer) and ``peak`` (the
         most held at once); empty when the backend does not say.
       live: the primitives whose results reach the program's outputs (not those
-        only multiplied by zero, say: :func:`shard_tutorial.dataflow.flow`).
-      live_inputs: for each input, whether an output depends on it (empty: all do).
+        only multiplied by zero, say: :func:`shard_tutorial.dataflow.flow`); None
+        when the program could not be read so, and every primitive counts.
+      live_inputs: for each input, whether an output depends on it; None when the
+        program could not be read so, and every input counts.
     """
 
     order: int
@@ -74,8 +76,8 @@ class Run:
     outputs: tuple[Any, ...]
     files: frozenset[str] = frozenset()
     memory: dict[str, int] = dataclasses.field(default_factory=dict)
-    live: frozenset[str] = frozenset()
-    live_inputs: tuple[bool, ...] = ()
+    live: frozenset[str] | None = None
+    live_inputs: tuple[bool, ...] | None = None
 
 
 @dataclasses.dataclass
@@ -183,7 +185,9 @@ class Recording:
             found[maker.order] = maker
             # Only the inputs the program's outputs depend on: an array a later program
             # multiplies by zero is not where the answer came from.
-            live = getattr(maker, "live_inputs", ()) or (True,) * len(maker.inputs)
+            live = getattr(maker, "live_inputs", None)  # a Copy's inputs all count
+            if live is None:
+                live = (True,) * len(maker.inputs)
             pending.extend(
                 k for k, used in zip(maker.inputs, live, strict=True) if used and k is not None
             )
@@ -340,8 +344,8 @@ class _Hooks:
                             tuple(out_flat),
                             files,
                             memory,
-                            primitives if flowing is None else flowing.primitives,
-                            () if flowing is None else flowing.inputs,
+                            None if flowing is None else flowing.primitives,
+                            None if flowing is None else flowing.inputs,
                         )
                     )
             return result

@@ -24,6 +24,8 @@ layer that large models combine, on a mesh with axes ``("data", "model")``:
 oracle the sharded step is compared with, and the other curve of the page's
 figure. :func:`train` trains either for a number of steps with Adam on a
 teacher's outputs (:func:`synthetic_data`) and returns the loss of every step.
+:func:`predicted_costs` gives what the step holds and sends on each device from
+the sizes alone, by the rules of :mod:`shard_tutorial.costs`, at any size.
 """
 
 from __future__ import annotations
@@ -38,15 +40,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax  # type: ignore[import-untyped]  # ships no type information
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import AbstractMesh, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from shard_tutorial.costs import Transfer, sent_per_device
 from shard_tutorial.meshes import DATA_AXIS, MODEL_AXIS
 from shard_tutorial.validation import require_count
 
 __all__ = [
     "SPECS",
     "BlockConfig",
+    "BlockCosts",
     "Params",
     "Strategy",
     "block",
@@ -54,6 +58,7 @@ __all__ = [
     "loss",
     "mesh_2x4",
     "placed",
+    "predicted_costs",
     "sharded_gradients",
     "synthetic_data",
     "train",
@@ -246,6 +251,155 @@ def _local_loss(params: Params, x: jax.Array, y: jax.Array) -> jax.Array:
     x = x + sub_layer(_rms_norm(x, w["norm2"]), lambda h: jax.nn.gelu(h @ w["up"]) @ w["down"])
     count = x.size * jax.lax.axis_size(DATA_AXIS) * jax.lax.axis_size(MODEL_AXIS)
     return jax.lax.psum(jnp.sum((x - y) ** 2), (DATA_AXIS, MODEL_AXIS)) / count
+
+
+_F32 = 4  # bytes of a float32: every parameter, moment and activation
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockCosts:
+    """What each device holds and sends for one step of the split block (:func:`predicted_costs`).
+
+    Attributes:
+      mesh: the mesh's sizes, ``{"data": ..., "model": ...}``.
+      params: bytes of the device's blocks of the parameters.
+      optimizer_state: bytes of Adam's two moments (laid out as the parameters)
+        and its step count (one int32).
+      batch: bytes of the device's blocks of ``x`` and ``y``.
+      transfers: the step's collectives, by purpose.
+    """
+
+    mesh: dict[str, int]
+    params: int
+    optimizer_state: int
+    batch: int
+    transfers: tuple[Transfer, ...]
+
+    @property
+    def arguments(self) -> int:
+        """The step's arguments on a device: parameters, optimizer state and batch."""
+        return self.params + self.optimizer_state + self.batch
+
+    @property
+    def sent(self) -> float:
+        """The bytes each device sends per step, over every collective."""
+        return sum(t.sent for t in self.transfers)
+
+    @property
+    def collectives(self) -> int:
+        """How many collectives the step runs."""
+        return sum(t.count for t in self.transfers)
+
+
+def predicted_costs(
+    config: BlockConfig | None = None, *, data: int = 2, model: int = 4
+) -> BlockCosts:
+    """What one training step holds and sends per device, from the sizes alone.
+
+    Nothing is allocated or compiled: each parameter's block is
+    ``NamedSharding(mesh, SPECS[name]).shard_shape(shape)`` on an abstract
+    ``data x model`` mesh, and each collective's bytes are those of a ring
+    (:func:`shard_tutorial.costs.sent_per_device`). The collectives are those
+    :func:`sharded_gradients` asks for and JAX's transposes add:
+
+    - FSDP: an all-gather over ``"data"`` of each of the four weight matrices
+      (its ``"model"`` block made whole), and its transpose, a reduce-scatter of
+      the weight's gradient;
+    - sequence parallelism, in each of the two sub-layers: an all-gather over
+      ``"model"`` of the device's sequences, every token, before the first
+      matrix, and a reduce-scatter over ``"model"`` after the second, in the
+      forward pass; in the backward pass the transpose of each (a reduce-scatter
+      for the all-gather, an all-gather for the reduce-scatter);
+    - one all-reduce over every device of the loss and the norms' scales'
+      gradients (XLA combines them into one).
+
+    The tests and the page compare these with the collectives of the compiled
+    step and with XLA's memory analysis of its arguments, on the 2 x 4 mesh.
+
+    Args:
+      config: the sizes (default :class:`BlockConfig`).
+      data: devices along ``"data"``: divides the batch and ``d_model``.
+      model: devices along ``"model"``: divides the heads, ``d_ff`` and the sequence.
+
+    Returns:
+      A :class:`BlockCosts`.
+
+    Raises:
+      ValueError: for a size the mesh does not divide, naming it.
+
+    Examples:
+      The block of the page, on 2 x 4: 57,799 bytes sent per device per step,
+      half of it by the sequence-parallel all-gathers and reduce-scatters:
+
+      >>> from shard_tutorial.transformer_block import predicted_costs
+      >>> costs = predicted_costs()
+      >>> costs.params, costs.optimizer_state, costs.batch, costs.sent, costs.collectives
+      (4352, 8708, 4096, 57799.0, 17)
+      >>> predicted_costs(data=3)
+      Traceback (most recent call last):
+      ...
+      ValueError: config.batch (8) must be a multiple of data (3)
+    """
+    config = config or BlockConfig()
+    data, model = require_count(data, "data"), require_count(model, "model")
+    for name, size, parts, axis in (
+        ("batch", config.batch, data, "data"),
+        ("d_model", config.d_model, data, "data"),
+        ("heads", config.heads, model, "model"),
+        ("d_ff", config.d_ff, model, "model"),
+        ("seq", config.seq, model, "model"),
+    ):
+        if size % parts:
+            msg = f"config.{name} ({size}) must be a multiple of {axis} ({parts})"
+            raise ValueError(msg)
+    mesh = AbstractMesh((data, model), (DATA_AXIS, MODEL_AXIS))
+    d, h, e, f = config.d_model, config.heads, config.head_dim, config.d_ff
+    shapes = {
+        "norm1": (d,), "qkv": (d, 3, h, e), "out": (h, e, d),
+        "norm2": (d,), "up": (d, f), "down": (f, d),
+    }  # fmt: skip
+
+    def nbytes(shape: tuple[int, ...], spec: P) -> int:
+        return math.prod(NamedSharding(mesh, spec).shard_shape(shape)) * _F32
+
+    def gathered(spec: P) -> P:  # the "data" split made whole
+        return P(*(None if entry == DATA_AXIS else entry for entry in spec))
+
+    params = sum(nbytes(shapes[name], SPECS[name]) for name in shapes)
+    held = sum(nbytes(shapes[name], SPECS[name]) for name in _FSDP_AXIS)
+    whole = sum(nbytes(shapes[name], gathered(SPECS[name])) for name in _FSDP_AXIS)
+    sequences = config.batch // data * config.seq * d * _F32  # every token of its sequences
+    tokens = sequences // model  # its tokens of each
+    weights = len(_FSDP_AXIS)
+    transfers: list[Transfer] = []
+    if data > 1:
+        transfers += [
+            Transfer("weights", "all-gather", (DATA_AXIS,), data, weights, whole,
+                     sent_per_device("all-gather", data, whole)),
+            Transfer("weights' gradients", "reduce-scatter", (DATA_AXIS,), data, weights, held,
+                     sent_per_device("reduce-scatter", data, held)),
+        ]  # fmt: skip
+    if model > 1:
+        # Two sub-layers, each one of each kind forward and one of each kind backward.
+        transfers += [
+            Transfer("activations", "all-gather", (MODEL_AXIS,), model, 4, 4 * sequences,
+                     sent_per_device("all-gather", model, 4 * sequences)),
+            Transfer("activations", "reduce-scatter", (MODEL_AXIS,), model, 4, 4 * tokens,
+                     sent_per_device("reduce-scatter", model, 4 * tokens)),
+        ]  # fmt: skip
+    if data * model > 1:
+        summed = _F32 + 2 * d * _F32  # the loss, and the gradients of the two norms' scales
+        transfers.append(
+            Transfer("loss and norms' gradients", "all-reduce", (DATA_AXIS, MODEL_AXIS),
+                     data * model, 1, summed, sent_per_device("all-reduce", data * model, summed))
+        )  # fmt: skip
+    return BlockCosts(
+        mesh={DATA_AXIS: data, MODEL_AXIS: model},
+        params=params,
+        optimizer_state=2 * params + 4,  # Adam's mu and nu, and its int32 step count
+        batch=2 * tokens,  # x and y
+        transfers=tuple(transfers),
+    )
 
 
 @functools.cache
