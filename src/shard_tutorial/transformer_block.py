@@ -135,19 +135,29 @@ def init_params(config: BlockConfig, seed: int) -> dict[str, np.ndarray]:
       (32, 3, 4, 8)
     """
     rng = np.random.default_rng(seed)
-    d, h, e, f = config.d_model, config.heads, config.head_dim, config.d_ff
+    shapes = _shapes(config)
+    d, f = config.d_model, config.d_ff
 
-    def normal(shape: tuple[int, ...], fan_in: int) -> np.ndarray:
-        return (rng.normal(size=shape) / math.sqrt(fan_in)).astype(np.float32)
+    def normal(name: str, fan_in: int) -> np.ndarray:
+        return (rng.normal(size=shapes[name]) / math.sqrt(fan_in)).astype(np.float32)
 
     return {
-        "norm1": np.ones(d, np.float32),
-        "qkv": normal((d, 3, h, e), d),
-        "out": normal((h, e, d), d),
-        "norm2": np.ones(d, np.float32),
-        "up": normal((d, f), d),
-        "down": normal((f, d), f),
+        "norm1": np.ones(shapes["norm1"], np.float32),
+        "qkv": normal("qkv", d),
+        "out": normal("out", d),
+        "norm2": np.ones(shapes["norm2"], np.float32),
+        "up": normal("up", d),
+        "down": normal("down", f),
     }
+
+
+def _shapes(config: BlockConfig) -> dict[str, tuple[int, ...]]:
+    """Each parameter's shape: what :func:`init_params` draws, and :func:`predicted_costs` lays out."""
+    d, h, e, f = config.d_model, config.heads, config.head_dim, config.d_ff
+    return {
+        "norm1": (d,), "qkv": (d, 3, h, e), "out": (h, e, d),
+        "norm2": (d,), "up": (d, f), "down": (f, d),
+    }  # fmt: skip
 
 
 def _rms_norm(x: jax.Array, scale: jax.Array) -> jax.Array:
@@ -353,11 +363,8 @@ def predicted_costs(
             msg = f"config.{name} ({size}) must be a multiple of {axis} ({parts})"
             raise ValueError(msg)
     mesh = AbstractMesh((data, model), (DATA_AXIS, MODEL_AXIS))
-    d, h, e, f = config.d_model, config.heads, config.head_dim, config.d_ff
-    shapes = {
-        "norm1": (d,), "qkv": (d, 3, h, e), "out": (h, e, d),
-        "norm2": (d,), "up": (d, f), "down": (f, d),
-    }  # fmt: skip
+    d = config.d_model
+    shapes = _shapes(config)
 
     def nbytes(shape: tuple[int, ...], spec: P) -> int:
         return math.prod(NamedSharding(mesh, spec).shard_shape(shape)) * _F32
