@@ -436,7 +436,7 @@ def describe_lineage(
                 "devices": run.devices,
                 "shard_map": "shard_map" in run.primitives,
                 "primitives": sorted(run.primitives),
-                # Nothing live (every result multiplied by zero) is not "not read".
+                # Empty (nothing reaches the answer) is not None (the program not read).
                 "live": sorted(run.primitives if run.live is None else run.live),
                 "files": sorted(run.files),
                 "memory": dict(run.memory),
