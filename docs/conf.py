@@ -167,6 +167,8 @@ html_theme = "sphinx_book_theme"
 html_title = "shard_tutorial"
 html_static_path = ["_static"]
 html_css_files = ["shard_tutorial.css"]
+# The tab's icon, a 2 x 4 mesh; without one, browsers ask for /favicon.ico and log its 404.
+html_favicon = "_static/favicon.svg"
 templates_path = ["_templates"]
 # sphinx-book-theme's primary sidebar, with the site's title (the logo) in a landmark of
 # its own: the theme puts it outside any landmark (axe-core's rule "region").
