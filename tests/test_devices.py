@@ -22,6 +22,7 @@ def run_python(code: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.subprocesses  # a fresh process of its own, whatever this one's --devices
 @pytest.mark.parametrize("count", [1, 3, 8])
 def test_gives_a_fresh_process_that_many_cpu_devices(count):
     result = run_python(f"""
@@ -34,6 +35,7 @@ def test_gives_a_fresh_process_that_many_cpu_devices(count):
     assert result.stdout.split() == [str(count), "{'cpu'}"]
 
 
+@pytest.mark.subprocesses  # a fresh process of its own, whatever this one's --devices
 def test_too_late_is_a_clear_error():
     result = run_python("""
         import jax, jax.numpy as jnp

@@ -75,6 +75,7 @@ thread.join(timeout=10)
 """
 
 
+@pytest.mark.subprocesses  # a fresh process of its own, whatever this one's --devices
 def test_native_output_is_kept_out_of_the_scripts_lines(tmp_path):
     path = tmp_path / "native.py"
     path.write_text(NATIVE_AND_PYTHON)

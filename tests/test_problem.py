@@ -163,6 +163,7 @@ def test_every_public_name_resolves_to_its_module():
         _ = shard_tutorial.nope
 
 
+@pytest.mark.subprocesses  # a fresh process of its own, whatever this one's --devices
 def test_importing_one_helper_loads_no_problem_module():
     code = (
         "import sys; from shard_tutorial import use_cpu_devices; "
@@ -175,6 +176,7 @@ def test_importing_one_helper_loads_no_problem_module():
     )
 
 
+@pytest.mark.subprocesses  # a fresh process of its own, whatever this one's --devices
 def test_the_registry_lists_every_problem_in_reading_order_and_loads_on_demand():
     code = (
         "import sys; from shard_tutorial import PROBLEMS; names = list(PROBLEMS); "
