@@ -21,9 +21,15 @@ sys.path.insert(
 # JAX compiles once per new shape, which can take longer than hypothesis' default
 # per-example deadline on a loaded machine; the suite has no timing assertions. Each
 # example is a new shape, so a compile (0.1 to 0.5 s): 10 examples, not hypothesis'
-# 100, cover what decides the layout (0, 1, primes, multiples of 8 and not).
+# 100, cover what decides the layout (0, 1, primes, multiples of 8 and not). On one
+# device every shape has the same layout, that one device: 5 examples there.
 hypothesis.settings.register_profile("jax", deadline=None, max_examples=10)
-hypothesis.settings.load_profile("jax")
+hypothesis.settings.register_profile("jax-one-device", deadline=None, max_examples=5)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    one_device = config.getoption("--devices") == 1
+    hypothesis.settings.load_profile("jax-one-device" if one_device else "jax")
 
 
 def check_against_oracle(problem: Problem, case: Case, received: object) -> None:
