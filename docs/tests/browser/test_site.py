@@ -43,8 +43,8 @@ class Crawl:
         # The theme's "previous" and "next" links of each page (None on the first, last).
         self.previous: dict[str, str | None] = {}
         self.next: dict[str, str | None] = {}
-        # One tab goes from page to page, as a reader does: a new tab for each page
-        # cost the crawl a renderer process each (64 s for 44 pages here, 25 s in one tab).
+        # One tab goes from page to page, as a reader does: a new tab starts a renderer
+        # for each page (about 1 s a page here; one tab loaded 20 pages in 8.8 s).
         context = browser.new_context()
         try:
             page = context.new_page()
