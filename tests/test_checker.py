@@ -359,6 +359,10 @@ def test_ctrl_c_at_any_moment_stops_the_command(tmp_path, interruptible_cli, mom
             130,
             "interrupted: the check was stopped",
         ), stderr
+    elif cli.returncode == 1 and "shard_tutorial" not in stderr:
+        # Pressed while Python itself started (its site module, say), on a loaded machine:
+        # Python prints the KeyboardInterrupt and exits with 1.
+        assert stderr.rstrip().endswith("KeyboardInterrupt"), (moment, stderr)
     elif cli.returncode != -signal.SIGINT:  # before main(), Python's own handler: -2
         assert cli.returncode == 130, (moment, stderr)
         assert stderr.endswith("interrupted: the check was stopped\n"), (moment, stderr)

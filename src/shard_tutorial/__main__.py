@@ -20,17 +20,40 @@ when any fails or hangs, 2 for a usage error and 130 on Ctrl-C.
 
 from __future__ import annotations
 
+# Ctrl-C's handler is installed before anything else is imported. Python's own raises
+# KeyboardInterrupt wherever the signal lands, and where that is a weakref callback in
+# the importer, Python prints "Exception ignored in: ..." and drops it: the command ran
+# on as if no key had been pressed. Ours also sets a flag, which main() reads once the
+# imports are done. (Only when run as a command, and only over Python's own handler:
+# importing this module changes nothing, and a SIGINT ignored by nohup stays ignored.)
+import signal
+import sys
+import threading
+from types import FrameType
+
+_interrupted = threading.Event()  # Ctrl-C was pressed during this command
+
+
+def _interrupt(_signum: int, _frame: FrameType | None) -> None:
+    """Ctrl-C: stop every check in progress, even if the KeyboardInterrupt gets lost."""
+    _interrupted.set()
+    checker = sys.modules.get("shard_tutorial.checker")  # it may be half imported
+    event = getattr(checker, "INTERRUPTED", None)
+    if event is not None:
+        event.set()
+    raise KeyboardInterrupt
+
+
+if __name__ == "__main__" and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    signal.signal(signal.SIGINT, _interrupt)
+
 import argparse
 import ast
 import contextlib
 import importlib
 import math
-import signal
-import sys
-import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from types import FrameType
 
 # The heading `list` prints above each part's problems, by the folder of their pages.
 _PARTS = {
@@ -235,22 +258,10 @@ def _binding(path: Path, name: str) -> str | None:
     return bound
 
 
-_interrupted = threading.Event()  # Ctrl-C was pressed during this command
-
 # What the command imports before it reads its arguments: JAX and jaxlib's native
 # modules with them (the checker and the problems import JAX; the launcher imports
 # shard_tutorial.validation, which does too).
 _HEAVY_MODULES = ("shard_tutorial.checker", "shard_tutorial.problems", "shard_tutorial.launcher")
-
-
-def _interrupt(_signum: int, _frame: FrameType | None) -> None:
-    """Ctrl-C: stop every check in progress, even if the KeyboardInterrupt gets lost."""
-    _interrupted.set()
-    checker = sys.modules.get("shard_tutorial.checker")  # it may be half imported
-    event = getattr(checker, "INTERRUPTED", None)
-    if event is not None:
-        event.set()
-    raise KeyboardInterrupt
 
 
 @contextlib.contextmanager
@@ -292,10 +303,15 @@ def _interrupted_message(argv: Sequence[str] | None) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status (130 after Ctrl-C, at any moment)."""
-    _interrupted.clear()
     previous = signal.getsignal(signal.SIGINT)
+    if previous is _interrupt:  # installed as the command started: a Ctrl-C since counts
+        previous = signal.default_int_handler
+    else:
+        _interrupted.clear()
     ours = previous is signal.default_int_handler  # not if SIGINT is ignored (nohup)
     try:
+        if _interrupted.is_set():  # pressed as the command started, and swallowed there
+            raise KeyboardInterrupt
         with _ctrl_c_held():  # a Ctrl-C during JAX's import is taken after it
             if ours:
                 signal.signal(signal.SIGINT, _interrupt)
