@@ -16,7 +16,8 @@ from shard_tutorial.problem import Case, Problem, precise
 
 sys.path.insert(
     0, str(Path(__file__).parent)
-)  # judging.py; pytest runs with --import-mode=importlib
+)  # judging.py, processes.py; pytest runs with --import-mode=importlib
+from processes import COMMAND_STARTS
 
 # JAX compiles once per new shape, which can take longer than hypothesis' default
 # per-example deadline on a loaded machine; the suite has no timing assertions. Each
@@ -126,8 +127,9 @@ def press_ctrl_c_in_jaxlib(frame, event, arg):
 if os.environ.get("SHARD_TUTORIAL_TEST_CTRL_C_NATIVE"):
     sys.setprofile(press_ctrl_c_in_jaxlib)
 sys.argv = ["shard_tutorial", *sys.argv[1:]]
+print(COMMAND_STARTS, file=sys.stderr, flush=True)  # processes.command_started waits for it
 runpy.run_module("shard_tutorial", run_name="__main__")
-"""
+""".replace("COMMAND_STARTS", repr(COMMAND_STARTS))
 
 
 @pytest.fixture

@@ -3,12 +3,38 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+
+COMMAND_STARTS = "interruptible_cli: the command starts"
+"""The line ``conftest.interruptible_cli``'s command lines write to standard error first."""
+
+
+def command_started(process: subprocess.Popen[str]) -> None:
+    """Wait until ``process``, an ``interruptible_cli`` command line, reaches the command.
+
+    Its first line on standard error says that Python has started and the command is
+    about to be imported: from then on, a Ctrl-C is the command's to handle. (One that
+    lands while Python itself starts, before any line of the command runs, gets Python's
+    behaviour, which a loaded machine can stretch past a fixed delay: there, Python's
+    own handler can raise its KeyboardInterrupt inside the importer's weakref callback,
+    which Python reports as ignored and drops.) Returns at end of file too.
+
+    Reads the pipe a byte at a time, beneath its buffered file object, so that
+    whatever follows the line is left for ``communicate`` to read.
+    """
+    assert process.stderr is not None
+    fd, line = process.stderr.fileno(), b""
+    while chunk := os.read(fd, 1):
+        line = b"" if line.endswith(b"\n") else line
+        line += chunk
+        if line == COMMAND_STARTS.encode() + b"\n":
+            return
 
 
 def alive(pid: int) -> bool:

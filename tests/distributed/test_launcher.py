@@ -14,7 +14,7 @@ import sys
 import time
 
 import pytest
-from processes import communicate
+from processes import command_started, communicate
 
 from shard_tutorial import launch
 
@@ -231,6 +231,7 @@ def test_ctrl_c_at_any_moment_stops_the_launch(script, tagged_env, interruptible
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     ) as cli:  # fmt: skip
         try:
+            command_started(cli)  # Python has started: the moment counts from here
             if moment != "jaxlib-init":
                 time.sleep(moment)
                 cli.send_signal(signal.SIGINT)
