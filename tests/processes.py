@@ -29,12 +29,13 @@ def command_started(process: subprocess.Popen[str]) -> None:
     whatever follows the line is left for ``communicate`` to read.
     """
     assert process.stderr is not None
-    fd, line = process.stderr.fileno(), b""
+    fd, wanted, line = process.stderr.fileno(), COMMAND_STARTS.encode() + b"\n", b""
     while chunk := os.read(fd, 1):
-        line = b"" if line.endswith(b"\n") else line
         line += chunk
-        if line == COMMAND_STARTS.encode() + b"\n":
-            return
+        if chunk == b"\n":
+            if line == wanted:
+                return
+            line = b""
 
 
 def alive(pid: int) -> bool:
