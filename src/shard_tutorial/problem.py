@@ -308,6 +308,12 @@ class Problem:
         (``jax.Array`` on the default device).
       budget: the bytes a device may send and hold for a case (see
         :class:`Budget`); None: no budget.
+      sum_rounding: for a problem whose answer adds up many of its inputs: a
+        float32 (or more precise) answer may also be off by this many ``eps``
+        times the size of the terms added (the oracle run on ``abs`` of the
+        inputs), since a right answer adds them in an order of its own and the
+        rounding grows with the terms, not with the result (see
+        :meth:`tolerance`); 0: :attr:`atol` alone.
     """
 
     name: str
@@ -343,6 +349,7 @@ class Problem:
         default=None, repr=False
     )
     budget: Budget | None = dataclasses.field(default=None, repr=False)
+    sum_rounding: float = 0.0
 
     @functools.cached_property
     def cases(self) -> tuple[Case, ...]:
@@ -485,7 +492,9 @@ class Problem:
         """``(rtol, atol)`` for comparing an answer of ``dtype`` to ``case`` with the oracle.
 
         Integers must be exact. float32 (and more precise) answers get
-        :attr:`rtol` and :attr:`atol`. For a problem with :attr:`outputs` (a
+        :attr:`rtol` and :attr:`atol`, and where the problem sets
+        :attr:`sum_rounding`, an ``atol`` of that many ``eps`` times the size of
+        the terms added when that is more. For a problem with :attr:`outputs` (a
         training step), a coarser float gets 4 units of its ``eps``, relative and
         absolute. Otherwise a coarser float (``bfloat16``, ``float16``,
         the ``float8`` types) gets its own rounding: ``rtol`` of 2 units of its
@@ -514,19 +523,33 @@ class Problem:
           ((0.0, 0.0), (1e-05, 0.0001))
           >>> psum.tolerance(case, np.dtype(jnp.bfloat16))  # 2 eps, and 2 eps times 1+2+3
           (0.015625, 0.09375)
+
+          A float32 sum of 200 terms of about 100 each: 4 eps (``sum_rounding``)
+          times their total size, 20,000, is more than ``atol``:
+
+          >>> big = Case("big", (np.full(200, 100.0, np.float32),))
+          >>> rtol, atol = psum.tolerance(big, np.dtype(np.float32))
+          >>> rtol, round(atol, 6), 4 * float(np.finfo(np.float32).eps) * 20_000
+          (1e-05, 0.009537, 0.0095367431640625)
         """
         if not jnp.issubdtype(dtype, jnp.inexact):
             return 0.0, 0.0
         eps = float(jnp.finfo(dtype).eps)
         if eps <= float(jnp.finfo(jnp.float32).eps):
-            return self.rtol, self.atol
+            if not self.sum_rounding:
+                return self.rtol, self.atol
+            return self.rtol, self._atol_of_terms(case, self.sum_rounding * eps)
         if self.outputs:  # a training step: no sum of terms to scale by; 4 of its eps
             return max(self.rtol, 4 * eps), max(self.atol, 4 * eps)
+        return max(self.rtol, 2 * eps), self._atol_of_terms(case, 2 * eps)
+
+    def _atol_of_terms(self, case: Case, per_size: float) -> np.ndarray | float:
+        """:attr:`atol`, or ``per_size`` times the size of ``case``'s terms where that is more."""
         with np.errstate(invalid="ignore", over="ignore"):  # inf and nan compare as equal
             sizes = self.oracle(*(np.abs(a) if isinstance(a, np.ndarray) else a for a in case.args))
-            atol = np.maximum(self.atol, 2 * eps * np.abs(precise(sizes)))
+            atol = np.maximum(self.atol, per_size * np.abs(precise(sizes)))
         atol = np.where(np.isfinite(atol), atol, 0.0)  # where the terms are not, equality decides
-        return max(self.rtol, 2 * eps), float(atol) if atol.ndim == 0 else atol
+        return float(atol) if atol.ndim == 0 else atol
 
     def diagnose(self, case: Case, received: object) -> str | None:
         """What is wrong with ``received`` as the answer to ``case``; None if it is right.

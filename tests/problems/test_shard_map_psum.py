@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from shard_tutorial import shard_map_psum, usable_device_count
+from shard_tutorial.problems.shard_map_psum import PROBLEM
 
 
 @given(hnp.arrays(np.int32, st.integers(0, 50), elements=st.integers(-1000, 1000)))
@@ -53,3 +54,41 @@ def test_bad_input_is_named(x, error, words):
         shard_map_psum(x)
     for word in words:
         assert word in str(info.value)
+
+
+def _sums_in_other_orders(x: np.ndarray) -> dict[str, np.float32]:
+    """``x``'s float32 sum added up as a right solution might: each order rounds its own way."""
+    blocks = np.pad(x, (0, -len(x) % 8)).reshape(8, -1).sum(axis=1)  # 8 devices, then psum
+    return {
+        "in order": np.cumsum(x)[-1],
+        "backwards": np.cumsum(x[::-1])[-1],
+        "pairwise (NumPy)": x.sum(),
+        "in 8 blocks": blocks.sum(dtype=np.float32),
+    }
+
+
+def test_a_float32_sum_in_any_order_passes_and_one_device_s_share_fails():
+    # The checker's random cases include sums of 300 values of size 100, whose float32
+    # rounding (0.0003 for one; jnp.sum on one device) is more than atol alone allows.
+    rng = np.random.default_rng(0)
+    checked = 0
+    for _ in range(3000):
+        case = PROBLEM.generate(rng)
+        (x,) = case.args
+        if x.dtype != np.float32 or len(x) < 16:
+            continue
+        for order, total in _sums_in_other_orders(x).items():
+            assert PROBLEM.diagnose(case, total) is None, (case.label, order)
+        one_share = x[: len(x) // 8].sum()  # one of 8 devices' partial sum, not psum'd
+        assert PROBLEM.diagnose(case, one_share) is not None, case.label
+        checked += 1
+    assert checked > 1500
+
+
+def test_the_sum_ci_once_failed_passes():
+    # Seed 270530's third random case, jnp.sum's own answer on one device (jax 0.10.2).
+    rng = np.random.default_rng(270530)
+    case = [PROBLEM.generate(rng) for _ in range(3)][-1]
+    assert case.label == "random: length 236, float32"
+    assert PROBLEM.diagnose(case, np.float32(3.657898)) is None
+    assert PROBLEM.diagnose(case, np.float32(3.67)) is not None
