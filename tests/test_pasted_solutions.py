@@ -9,7 +9,9 @@ that imports a private module of the package cannot be shown at all.
 
 This is also the test that every reference passes its own checker, on every case
 and random ones, on 1 and 8 devices: the code pasted is the reference's own
-(the function and the helpers it calls), as a reader gets it from the page.
+(the function and the helpers it calls), as a reader gets it from the page. On the
+newest stack, each problem's page checks its reference's copy on 1 and 8 devices
+too (``check(name, reference_copy(name))``), in the docs build.
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ from shard_tutorial.checker import RANDOM_CASES
 from shard_tutorial.problem import Problem
 
 # The checker runs each file in worker processes with their own device counts
-# (1 and 8), whatever this process has: nox runs these once per Python.
-pytestmark = pytest.mark.subprocesses
+# (1 and 8), whatever this process has. nox runs these on the oldest stack only: on the
+# newest, the docs build checks each reference's copy on 1 and 8 devices on its page
+# (docs/tests/test_built_site.py requires PASSED), as this does.
+pytestmark = [pytest.mark.subprocesses, pytest.mark.oldest]
 
 EXTENSIONS = Path(__file__).parents[1] / "docs" / "_ext"
 

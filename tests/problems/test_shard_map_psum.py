@@ -67,22 +67,24 @@ def _sums_in_other_orders(x: np.ndarray) -> dict[str, np.float32]:
     }
 
 
+@pytest.mark.once  # NumPy's sums against the tolerance: no JAX version or device count changes it
 def test_a_float32_sum_in_any_order_passes_and_one_device_s_share_fails():
     # The checker's random cases include sums of 300 values of size 100, whose float32
-    # rounding (0.0003 for one; jnp.sum on one device) is more than atol alone allows.
+    # rounding (0.0003 for one; jnp.sum on one device) is more than atol alone allows:
+    # with atol alone, 6 of these 708 sums in other orders failed.
     rng = np.random.default_rng(0)
     checked = 0
     for _ in range(3000):
         case = PROBLEM.generate(rng)
         (x,) = case.args
-        if x.dtype != np.float32 or len(x) < 16:
+        if x.dtype != np.float32 or np.abs(x).sum() < 1000:  # the sums atol alone is enough for
             continue
         for order, total in _sums_in_other_orders(x).items():
             assert PROBLEM.diagnose(case, total) is None, (case.label, order)
         one_share = x[: len(x) // 8].sum()  # one of 8 devices' partial sum, not psum'd
         assert PROBLEM.diagnose(case, one_share) is not None, case.label
         checked += 1
-    assert checked > 1500
+    assert checked > 500
 
 
 def test_the_sum_ci_once_failed_passes():
