@@ -429,6 +429,12 @@ class Problem:
           problem with :attr:`outputs`, a tuple of them.
         """
         arrays = [i for i, a in enumerate(case.args) if isinstance(a, np.ndarray | jax.Array)]
+        # Tracing the unsharded function costs up to 40 ms (a Flax model's step), and a
+        # check asks for each case's dtype several times: the answer depends only on the
+        # arrays' shapes and dtypes, the other arguments and the 64-bit mode.
+        key = _abstract_key(self.unsharded, self.outputs, case.args)
+        if key is not None and key in _RESULT_DTYPES:
+            return _RESULT_DTYPES[key]
 
         def on_arrays(*values: jax.Array) -> Any:
             args = list(case.args)
@@ -438,8 +444,14 @@ class Problem:
 
         shape = jax.eval_shape(on_arrays, *(case.args[i] for i in arrays))
         if self.outputs:
-            return tuple(np.dtype(leaf.dtype) for leaf in shape)
-        return np.dtype(shape.dtype)
+            dtype: Any = tuple(np.dtype(leaf.dtype) for leaf in shape)
+        else:
+            dtype = np.dtype(shape.dtype)
+        if key is not None:
+            if len(_RESULT_DTYPES) >= 4096:  # a bound, for a long session of random cases
+                _RESULT_DTYPES.clear()
+            _RESULT_DTYPES[key] = dtype
+        return dtype
 
     def mesh_shape(self, case: Case, devices: int) -> tuple[int, ...]:
         """The shape of the mesh the contract puts ``case`` on, with ``devices`` devices.
@@ -718,6 +730,31 @@ def fingerprint(array: Any) -> str:
 
 
 # Checked in this order: jnp.issubdtype knows the ML dtypes (bfloat16 is floating).
+_RESULT_DTYPES: dict[tuple[Any, ...], Any] = {}
+""":meth:`Problem.result_dtype`'s answers, by :func:`_abstract_key`."""
+
+
+def _abstract_key(
+    unsharded: Callable[..., Any], outputs: tuple[str, ...], args: tuple[Any, ...]
+) -> tuple[Any, ...] | None:
+    """What the dtype of ``unsharded(*args)`` depends on; None if an argument is unhashable.
+
+    Arrays count by shape, dtype and weak type; other arguments by type and value.
+    """
+    parts: list[Any] = [unsharded, outputs, bool(jax.config.jax_enable_x64)]
+    for arg in args:
+        if isinstance(arg, np.ndarray | jax.Array):
+            weak = isinstance(arg, jax.Array) and arg.weak_type
+            parts.append(("array", arg.shape, np.dtype(arg.dtype), weak))
+            continue
+        try:
+            hash(arg)
+        except TypeError:
+            return None
+        parts.append((type(arg), arg))
+    return tuple(parts)
+
+
 _WIDE = (
     (jnp.complexfloating, np.complex128),
     (jnp.floating, np.float64),

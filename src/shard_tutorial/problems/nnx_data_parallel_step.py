@@ -29,6 +29,7 @@ from jax.sharding import PartitionSpec as P
 from shard_tutorial.linear_regression import check_step_inputs, explain_step, make_case, oracle_step
 from shard_tutorial.meshes import data_mesh_for, place
 from shard_tutorial.problem import Case, Forbidden, Placement, Problem, Technique
+from shard_tutorial.problems._linear import linear_start
 from shard_tutorial.validation import check_array, require_whole_number
 
 __all__ = ["PROBLEM", "nnx_data_parallel_step"]
@@ -146,15 +147,9 @@ def _sgd_step(mesh: Mesh) -> Callable[..., nnx.Linear]:
     )
 
 
-def _initial_parameters(seed: int, d_in: int, d_out: int) -> tuple[np.ndarray, np.ndarray]:
-    """The ``(kernel, bias)`` that ``nnx.Linear(d_in, d_out, rngs=nnx.Rngs(seed))`` starts with."""
-    kernel, bias = _parameters(nnx.Linear(d_in, d_out, rngs=nnx.Rngs(int(seed))))
-    return np.asarray(kernel), np.asarray(bias)
-
-
 def _oracle(seed: int, x: np.ndarray, y: np.ndarray, lr: float) -> tuple[np.ndarray, np.ndarray]:
     """The closed-form SGD step (NumPy, 64-bit) from the model's initial parameters."""
-    w, b = _initial_parameters(seed, x.shape[1], y.shape[1])
+    w, b = linear_start(seed, x.shape[1], y.shape[1])
     return oracle_step(w, b, x, y, lr)
 
 
@@ -172,7 +167,7 @@ def _explain(
 ) -> str | None:
     """The classic data-parallel mistakes (:func:`explain_step`), from the initial parameters."""
     seed, x, y, lr = case.args
-    w, b = _initial_parameters(seed, x.shape[1], y.shape[1])
+    w, b = linear_start(seed, x.shape[1], y.shape[1])
     return explain_step(Case(case.label, (w, b, x, y, lr)), expected, received)
 
 

@@ -23,6 +23,7 @@ from jax.sharding import PartitionSpec as P
 
 from shard_tutorial.meshes import data_mesh_for, place
 from shard_tutorial.problem import Case, Problem, precise
+from shard_tutorial.problems._linear import linear_start
 from shard_tutorial.validation import check_array, require_whole_number
 
 __all__ = ["PROBLEM", "data_parallel_forward", "shard_map_simulate"]
@@ -201,11 +202,8 @@ def _unsharded(seed: float, x: jax.Array, num_shards: float, features: float) ->
 
 def _oracle(seed: float, x: np.ndarray, num_shards: float, features: float) -> np.ndarray:
     del num_shards  # splitting the batch must not change the answer
-    model = nnx.Linear(x.shape[-1], int(features), rngs=nnx.Rngs(int(seed)))
-    assert model.bias is not None  # nnx.Linear has a bias unless told otherwise
-    kernel = np.asarray(model.kernel[...], np.float64)
-    bias = np.asarray(model.bias[...], np.float64)
-    return (precise(x) @ kernel + bias).reshape(-1)
+    kernel, bias = linear_start(int(seed), x.shape[-1], int(features))
+    return (precise(x) @ precise(kernel) + precise(bias)).reshape(-1)
 
 
 def _explain(case: Case, expected: np.ndarray, received: np.ndarray) -> str | None:
