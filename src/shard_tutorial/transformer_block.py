@@ -568,5 +568,11 @@ def train(
     losses = []
     for i in range(steps):
         params, opt_state, value = step(params, opt_state, xs[i % 16], ys[i % 16])
-        losses.append(value)
-    return np.asarray(jax.device_get(losses), np.float32)
+        # One step in flight at a time. XLA's CPU client runs each device's share of a
+        # program on a pool of as many threads as devices (xla/pjrt/cpu/cpu_client.cc).
+        # With all 40 steps and their batches queued at once, a loaded machine once had
+        # 7 devices wait in an all-gather for an 8th that never came, until XLA aborted
+        # the process at its 40 s collective timeout (jax 0.10.2: 1 of 32 fresh
+        # processes, 4 at once on 2 cores); waiting for each step leaves the pool to it.
+        losses.append(float(value))
+    return np.asarray(losses, np.float32)
