@@ -729,7 +729,6 @@ def fingerprint(array: Any) -> str:
     return digest.hexdigest()
 
 
-# Checked in this order: jnp.issubdtype knows the ML dtypes (bfloat16 is floating).
 _RESULT_DTYPES: dict[tuple[Any, ...], Any] = {}
 """:meth:`Problem.result_dtype`'s answers, by :func:`_abstract_key`."""
 
@@ -755,6 +754,7 @@ def _abstract_key(
     return tuple(parts)
 
 
+# Checked in this order: jnp.issubdtype knows the ML dtypes (bfloat16 is floating).
 _WIDE = (
     (jnp.complexfloating, np.complex128),
     (jnp.floating, np.float64),
