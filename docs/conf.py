@@ -216,10 +216,12 @@ def _name_the_section_toggles(
     if generate is None:
         return
 
-    def named(kind: str, *args: Any, **kwargs: Any) -> Any:
+    def named(*args: Any, **kwargs: Any) -> Any:
         from bs4 import BeautifulSoup, Tag  # noqa: PLC0415 (the theme's own dependency)
 
-        html = generate(kind, *args, **kwargs)
+        # Called exactly as the template called it: the theme caches the navigation by
+        # its arguments, and has built it once already to see if it is empty.
+        html = generate(*args, **kwargs)
         soup = html if isinstance(html, Tag) else BeautifulSoup(str(html), "html.parser")
         for summary in soup.select("li.has-children > details > summary"):
             link = summary.find_parent("li").find("a", recursive=False)

@@ -16,9 +16,10 @@ MyST-NB reads any page (Sphinx's ``env-get-outdated`` event) and works like this
    behaviour does. A unit the page never ran cannot change its outputs, so an edit
    there leaves the page alone.
 3. **Execute.** Stale pages run in parallel kernels (one per core by default), each
-   with its own temporary directory and IPC sockets, so kernels cannot collide. The
-   executed notebooks go into MyST-NB's jupyter-cache, where MyST-NB finds every page
-   when it reads it, and the stale pages are handed to Sphinx to be read again.
+   with its own temporary directory and IPC sockets, so kernels cannot collide. They
+   run in a thread of their own while Sphinx reads the pages that need no execution;
+   Sphinx then reads the stale pages in the order they started, each as soon as its
+   executed notebook is in MyST-NB's jupyter-cache, where MyST-NB finds it.
 
 Each build appends a line to ``executions.jsonl`` in the cache directory saying which
 pages it executed, why and for how long: the build's own record, which the tests read.
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import concurrent.futures
 import contextlib
 import copy
 import dataclasses
@@ -36,12 +38,15 @@ import datetime as dt
 import hashlib
 import importlib.metadata
 import json
+import math
 import os
 import platform
 import re
 import sys
 import tempfile
+import threading
 import time
+import weakref
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -413,17 +418,61 @@ def _units_run(scratch: str, rcfile: Path, code: CodeIndex) -> dict[str, str] | 
     return dict(sorted(units.items()))
 
 
-async def _execute_all(
-    pages: list[Page], code: CodeIndex, options: dict[str, Any], workers: int
-) -> list[Execution]:
-    slots = asyncio.Semaphore(workers)
+class Executions:
+    """Stale pages executing in a thread of their own, while Sphinx reads the others.
 
-    async def one(page: Page) -> Execution:
-        async with slots:
-            LOGGER.info(f"execution cache: executing {page.docname}")
-            return await _execute(page, code, options)
+    A page's :class:`Execution` is ready in :meth:`result` as soon as its kernel
+    finishes; pages start in the order given, at most ``workers`` at once.
+    """
 
-    return list(await asyncio.gather(*(one(page) for page in pages)))
+    def __init__(
+        self, pages: list[Page], code: CodeIndex, options: dict[str, Any], workers: int
+    ) -> None:
+        """Start executing ``pages`` in a background thread."""
+        self.order = [page.docname for page in pages]
+        self.started = time.perf_counter()
+        self.ended: float | None = None  # when the last execution ended
+        self._futures: dict[str, concurrent.futures.Future[Execution]] = {
+            page.docname: concurrent.futures.Future() for page in pages
+        }
+        self._thread = threading.Thread(
+            target=asyncio.run,
+            args=(self._execute_all(pages, code, options, workers),),
+            name="execution-cache",
+            daemon=True,  # a build stopped with Ctrl-C does not wait for its kernels
+        )
+        self._thread.start()
+
+    async def _execute_all(
+        self, pages: list[Page], code: CodeIndex, options: dict[str, Any], workers: int
+    ) -> None:
+        slots = asyncio.Semaphore(workers)
+
+        async def one(page: Page) -> None:
+            future = self._futures[page.docname]
+            try:
+                async with slots:
+                    future.set_result(await _execute(page, code, options))
+            except BaseException as error:  # noqa: BLE001 (raised where the result is read)
+                future.set_exception(error)
+
+        try:
+            await asyncio.gather(*(one(page) for page in pages))
+        finally:
+            self.ended = time.perf_counter()
+
+    def __contains__(self, docname: str) -> bool:
+        """Whether ``docname`` is one of the pages being executed."""
+        return docname in self._futures
+
+    def result(self, docname: str) -> Execution:
+        """Page ``docname``'s execution, once it has finished."""
+        return self._futures[docname].result()
+
+    def results(self) -> list[Execution]:
+        """Every page's execution, once all have finished, in the order they started."""
+        self._thread.join()
+        return [future.result() for future in self._futures.values()]
 
 
 def _with_outputs(source: nbformat.NotebookNode, executed: nbformat.NotebookNode) -> Any:
@@ -452,10 +501,36 @@ def cache_directory(app: Sphinx) -> Path:
     return Path(configured) if configured else Path(app.outdir).parent / ".jupyter_cache"
 
 
+@dataclasses.dataclass
+class Build:
+    """One build's stale pages: executing, then stored as Sphinx comes to read each."""
+
+    cache: JupyterCacheAbstract
+    directory: Path
+    manifest: Manifest
+    environment: dict[str, Any]
+    pages: list[Page]
+    stale: dict[str, str]  # docname -> why it executes
+    workers: int
+    executions: Executions | None = None
+    stored: set[str] = dataclasses.field(default_factory=set)
+    failures: list[Execution] = dataclasses.field(default_factory=list)
+    finished: bool = False
+
+
+_BUILDS: weakref.WeakKeyDictionary[Sphinx, Build] = weakref.WeakKeyDictionary()
+
+
 def refresh_outputs(
     app: Sphinx, env: BuildEnvironment, added: set[str], changed: set[str], removed: set[str]
 ) -> list[str]:
-    """Execute the stale pages; return them so that Sphinx reads them again."""
+    """Start executing the stale pages; return them so that Sphinx reads them again.
+
+    The pages execute in the background while Sphinx reads the others (each stale
+    page is read once its execution is stored: :func:`wait_for_outputs`). When
+    Sphinx reads in parallel processes, which cannot wait on this process' thread,
+    every page executes before reading starts.
+    """
     del added, changed, removed  # staleness is decided here, from the manifest
     config = app.config
     if config.nb_execution_mode != "cache":
@@ -479,78 +554,152 @@ def refresh_outputs(
         if reason:
             stale[page.docname] = reason
             LOGGER.info(f"execution cache: {page.docname} is stale ({reason})")
+    build = Build(
+        cache=cache,
+        directory=directory,
+        manifest=manifest,
+        environment=current,
+        pages=pages,
+        stale=stale,
+        workers=max(1, config.execution_cache_workers or os.cpu_count() or 1),
+    )
+    _BUILDS[app] = build
+    # Pages that ran longest last time start first, so that no kernel is left with a
+    # long page at the end; pages never executed before start before those.
+    to_run = sorted(
+        (page for page in pages if page.docname in stale),
+        key=lambda page: -manifest.pages.get(page.docname, {}).get("seconds", math.inf),
+    )
+    if to_run:
+        options = {
+            "timeout": config.nb_execution_timeout,
+            "allow_errors": config.nb_execution_allow_errors,
+            "in_temp": config.nb_execution_in_temp,
+        }
+        build.executions = Executions(to_run, code, options, build.workers)
+        LOGGER.info(
+            f"execution cache: executing {len(to_run)} of {len(pages)} pages with "
+            f"{min(build.workers, len(to_run))} kernel(s)"
+        )
+    if not to_run or (app.parallel > 1 and app.is_parallel_allowed("read")):
+        finish_executions(app, env)
+    return sorted(stale.keys() | manifest.unread)
 
-    workers = max(1, config.execution_cache_workers or os.cpu_count() or 1)
-    options = {
-        "timeout": config.nb_execution_timeout,
-        "allow_errors": config.nb_execution_allow_errors,
-        "in_temp": config.nb_execution_in_temp,
+
+def order_reading(app: Sphinx, env: BuildEnvironment, docnames: list[str]) -> None:
+    """Read the pages that need no execution first, then the stale ones as they start."""
+    del env
+    build = _BUILDS.get(app)
+    if build is None or build.executions is None or build.finished:
+        return
+    started = {docname: index for index, docname in enumerate(build.executions.order)}
+    docnames.sort(key=lambda docname: started.get(docname, -1))
+
+
+def wait_for_outputs(app: Sphinx, docname: str, source: list[str]) -> None:
+    """Before Sphinx reads a stale page, wait for its execution and store its outputs."""
+    del source
+    build = _BUILDS.get(app)
+    if build is None or build.executions is None or build.finished:
+        return
+    if docname not in build.executions or docname in build.stored:
+        return
+    done = build.executions.result(docname)
+    if done.notebook is None:  # report it with the others, once every kernel is done
+        finish_executions(app, app.env)
+        return
+    _store(build, done)
+    LOGGER.info(f"execution cache: executed {docname} in {done.seconds:.1f} s")
+
+
+def _store(build: Build, done: Execution) -> None:
+    """Put a page's executed notebook into the cache and its record into the manifest.
+
+    The manifest is saved at once: a build stopped later still keeps this page's
+    outputs, and reads them in the next build (``unread``).
+    """
+    manifest = build.manifest
+    previous = manifest.pages.get(done.page.docname, {}).get("cache_pk")
+    record = build.cache.cache_notebook_bundle(
+        CacheBundleIn(
+            _with_outputs(done.page.notebook, done.notebook),
+            str(done.page.path),
+            data={"execution_seconds": done.seconds},
+        ),
+        check_validity=False,
+        overwrite=True,
+    )
+    if previous is not None and previous != record.pk:
+        with contextlib.suppress(KeyError):  # already gone: nothing to tidy
+            build.cache.remove_cache(previous)
+    if done.units is None:
+        LOGGER.info(
+            f"execution cache: {done.page.docname} left no record of the code it ran; "
+            "it will execute again in the next build"
+        )
+    manifest.pages[done.page.docname] = {
+        "source": done.page.source_hash,
+        "environment": build.environment,
+        "units": UNKNOWN_UNITS if done.units is None else done.units,
+        "seconds": round(done.seconds, 3),
+        "executed": _utc(done.finished),
+        "cache_pk": record.pk,
     }
-    start = time.perf_counter()
-    to_run = [page for page in pages if page.docname in stale]
-    executions = asyncio.run(_execute_all(to_run, code, options, workers)) if to_run else []
+    manifest.unread.add(done.page.docname)
+    manifest.save({page.docname for page in build.pages})
+    build.stored.add(done.page.docname)
 
-    failures = []
+
+def finish_executions(app: Sphinx, env: BuildEnvironment) -> list[str]:
+    """Wait for every execution, store what is left, log the build, report failures.
+
+    Runs when Sphinx has read every page (``env-updated``), or earlier when a page
+    failed or Sphinx reads in parallel. Returns no pages to write again.
+    """
+    del env
+    build = _BUILDS.get(app)
+    if build is None or build.finished:
+        return []
+    build.finished = True
+    config = app.config
+    executions = build.executions.results() if build.executions is not None else []
     for done in executions:
         if done.notebook is None:
-            failures.append(done)
-            continue
-        previous = manifest.pages.get(done.page.docname, {}).get("cache_pk")
-        record = cache.cache_notebook_bundle(
-            CacheBundleIn(
-                _with_outputs(done.page.notebook, done.notebook),
-                str(done.page.path),
-                data={"execution_seconds": done.seconds},
-            ),
-            check_validity=False,
-            overwrite=True,
-        )
-        if previous is not None and previous != record.pk:
-            with contextlib.suppress(KeyError):  # already gone: nothing to tidy
-                cache.remove_cache(previous)
-        if done.units is None:
-            LOGGER.info(
-                f"execution cache: {done.page.docname} left no record of the code it ran; "
-                "it will execute again in the next build"
-            )
-        manifest.pages[done.page.docname] = {
-            "source": done.page.source_hash,
-            "environment": current,
-            "units": UNKNOWN_UNITS if done.units is None else done.units,
-            "seconds": round(done.seconds, 3),
-            "executed": _utc(done.finished),
-            "cache_pk": record.pk,
-        }
-    manifest.unread |= stale.keys()
-    manifest.save({page.docname for page in pages})
+            build.failures.append(done)
+        elif done.page.docname not in build.stored:
+            _store(build, done)
+    build.manifest.unread |= build.stale.keys()
+    build.manifest.save({page.docname for page in build.pages})
 
-    wall = time.perf_counter() - start
-    with (directory / LOG).open("a") as log:
+    wall = 0.0
+    if build.executions is not None and build.executions.ended is not None:
+        wall = build.executions.ended - build.executions.started
+    with (build.directory / LOG).open("a") as log:
         entry = {
             "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            "pages": len(pages),
-            "workers": workers,
+            "pages": len(build.pages),
+            "workers": build.workers,
             "seconds": round(wall, 3),
             "executed": {
                 done.page.docname: {
-                    "reason": stale[done.page.docname],
+                    "reason": build.stale[done.page.docname],
                     "seconds": round(done.seconds, 3),
                     "succeeded": done.error is None,
                 }
-                for done in executions
+                for done in sorted(executions, key=lambda done: done.page.docname)
             },
         }
         log.write(json.dumps(entry) + "\n")
     LOGGER.info(
-        f"execution cache: executed {len(executions)} of {len(pages)} pages "
-        f"in {wall:.1f} s with {min(workers, max(1, len(executions)))} kernel(s)"
+        f"execution cache: executed {len(executions)} of {len(build.pages)} pages "
+        f"in {wall:.1f} s with {min(build.workers, max(1, len(executions)))} kernel(s)"
     )
-    for failed in failures:
+    for failed in build.failures:
         message = f"executing {failed.page.docname} failed:\n{failed.error}"
         if config.nb_execution_raise_on_error:
             raise ExtensionError(message)
         LOGGER.warning(message, type="mystnb", subtype="exec", location=failed.page.docname)
-    return sorted(stale.keys() | manifest.unread)
+    return []
 
 
 def execution_record(app: Sphinx, docname: str) -> dict[str, Any] | None:
@@ -596,5 +745,8 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_config_value("execution_cache_variables", ["JAX_", "XLA_"], "env", list)
     app.add_config_value("execution_cache_workers", 0, "", int)
     app.connect("env-get-outdated", refresh_outputs)
+    app.connect("env-before-read-docs", order_reading)
+    app.connect("source-read", wait_for_outputs)
+    app.connect("env-updated", finish_executions)
     app.connect("build-finished", mark_read)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

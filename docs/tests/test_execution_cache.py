@@ -111,12 +111,23 @@ class Project:
 
 
             def setup(app):
-                if os.environ.get("DEMO_INTERRUPT"):  # Ctrl-C after executing, before reading
+                if os.environ.get("DEMO_INTERRUPT"):  # Ctrl-C after reading, before saving
 
-                    def interrupt(app, env, docnames):
+                    def interrupt(app, env):
                         raise KeyboardInterrupt
 
-                    app.connect("env-before-read-docs", interrupt)
+                    app.connect("env-updated", interrupt)
+                if os.environ.get("DEMO_READ_LOG"):  # each page Sphinx reads, in order
+
+                    def log(app, docname, source):
+                        import execution_cache
+
+                        executions = execution_cache._BUILDS[app].executions
+                        running = executions is not None and executions.ended is None
+                        with open(os.environ["DEMO_READ_LOG"], "a") as file:
+                            print(docname, "running" if running else "done", file=file)
+
+                    app.connect("source-read", log)
             """,
         )
         self.write("docs/index.md", "# Demo\n\n```{toctree}\na\nb\nc\nplain\n```\n")
@@ -311,6 +322,20 @@ def test_stale_pages_run_in_parallel_kernels(project):
     project.edit("docs/a.md", "Some prose.", "Other prose.")
     project.edit("docs/b.md", "Some prose.", "Other prose.")
     assert project.build() == {"a", "b"}
+
+
+def test_pages_needing_no_execution_are_read_while_the_stale_ones_execute(project, tmp_path):
+    project.page("b", "import time\ntime.sleep(3)\nprint('b slept')")
+    project.edit("docs/a.md", "Some prose.", "Other prose.")
+    log = tmp_path / "read.log"
+    assert project.build(DEMO_READ_LOG=str(log)) == {"a", "b"}
+    read = [line.split() for line in log.read_text().splitlines()]
+    # First the pages with nothing to execute (c's outputs are current), while the
+    # kernels run; then the stale pages, each once its outputs are in the cache.
+    assert read[:3] == [["c", "running"], ["index", "running"], ["plain", "running"]]
+    assert sorted(name for name, _ in read[3:]) == ["a", "b"]
+    assert "b slept" in project.html("b")
+    assert "a says hello!" in project.html("a")
 
 
 # -- The fingerprints themselves, without building ------------------------------------------
