@@ -369,6 +369,12 @@ async def _execute(page: Page, code: CodeIndex, options: dict[str, Any]) -> Exec
             if cell_index == last_code_cell and client.kc is not None:
                 request = client.kc.execute(SAVE_COVERAGE, silent=True, store_history=False)
                 await client.async_wait_for_reply(request)
+                # Then ask the kernel to exit. Left running, it is stopped by
+                # jupyter_client's shutdown_kernel, which sends SIGINT first; a kernel
+                # still finishing its last message then logs "KeyboardInterrupt caught
+                # in kernel" as an error into the build's output (12 of 31 pages here).
+                await client.km.request_shutdown()  # nbclient's AsyncKernelManager
+                await client.km.finish_shutdown()
 
         client = NotebookClient(
             notebook,
