@@ -150,10 +150,10 @@ class Project:
         assert old in text
         path.write_text(text.replace(old, new))
 
-    def build(self, **env: str) -> Executed:
+    def build(self, *options: str, **env: str) -> Executed:
         """Build the site; return the pages this build executed, from its record."""
         result = subprocess.run(
-            [sys.executable, "-m", "sphinx", "-W", "-q", "-b", "html", "docs", "out"],
+            [sys.executable, "-m", "sphinx", "-W", "-q", *options, "-b", "html", "docs", "out"],
             cwd=self.root,
             env={**os.environ, "PYTHONPATH": str(self.package.parent), **env},
             capture_output=True,
@@ -338,6 +338,16 @@ def test_pages_needing_no_execution_are_read_while_the_stale_ones_execute(projec
     assert sorted(name for name, _ in read[3:]) == ["a", "b"]
     assert "b slept" in project.html("b")
     assert "a says hello!" in project.html("a")
+
+
+def test_a_parallel_read_finds_every_page_executed(project):
+    # Sphinx's -j reads in processes of its own, which cannot wait for this one's
+    # kernels: every stale page executes before reading starts.
+    project.page("b", "from demo.count import count\nprint('b says', count() * 2)")
+    project.edit("pkg/demo/greet.py", '"hello"', '"hi"')
+    assert project.build("-j", "2") == {"a", "b"}
+    assert "a says hi!" in project.html("a")
+    assert "b says 6" in project.html("b")
 
 
 # -- The fingerprints themselves, without building ------------------------------------------
