@@ -14,7 +14,8 @@ import) and prints, from one run:
 each in seconds, as a ratio to the baseline, and with the pages it executed: for the
 force build as MyST-NB reports them, for the others from the build's own record
 (executions.jsonl). Targets: no-change under 10% of the baseline, one-page edit under
-that page's execution time + 5 s, cold no slower than the baseline.
+that page's execution time + 5 s, cold no slower than the baseline; the cold build within
+1.1x of its pages' summed execution times shared over its kernels, and no page over 30 s.
 
 Run it with ``nox -s bench`` (after the repeated-call benchmark) or directly, in an
 environment with the docs dependencies: ``python benchmarks/docs_build.py``.
@@ -91,6 +92,12 @@ def main() -> None:
         rows.append(
             (f"cold, cached, {record['workers']} kernels", seconds, str(len(record["executed"])))
         )
+        cold = seconds
+        page_times = {name: run["seconds"] for name, run in record["executed"].items()}
+        # The best the kernels could do: every page's own time, shared over the cores.
+        summed = sum(page_times.values())
+        limit = summed / record["workers"]
+        longest = max(page_times, key=page_times.__getitem__)
 
         seconds, _ = build(tree, "docs/_build/html")
         rows.append(("no-change rebuild", seconds, str(len(last_record(tree)["executed"]))))
@@ -117,6 +124,12 @@ def main() -> None:
         f"\ntargets: no-change < 10% of baseline ({rows[2][1] / baseline:.0%}); "
         f"one-page edit < page execution ({page_seconds:.1f} s) + 5 s "
         f"({page_edit:.1f} s); cold <= baseline ({rows[1][1] / baseline:.2f}x)"
+    )
+    print(
+        f"cold, cached: {cold:.1f} s against {limit:.1f} s, the pages' summed execution "
+        f"times ({summed:.1f} s) over {record['workers']} kernels: {cold / limit:.2f}x "
+        f"(target <= 1.1x); longest page {longest}, {page_times[longest]:.1f} s "
+        f"(target <= 30 s)"
     )
 
 
