@@ -520,7 +520,6 @@ class Build:
     workers: int
     executions: Executions | None = None
     stored: set[str] = dataclasses.field(default_factory=set)
-    failures: list[Execution] = dataclasses.field(default_factory=list)
     finished: bool = False
 
 
@@ -669,10 +668,9 @@ def finish_executions(app: Sphinx, env: BuildEnvironment) -> list[str]:
     build.finished = True
     config = app.config
     executions = build.executions.results() if build.executions is not None else []
+    failures = [done for done in executions if done.notebook is None]
     for done in executions:
-        if done.notebook is None:
-            build.failures.append(done)
-        elif done.page.docname not in build.stored:
+        if done.notebook is not None and done.page.docname not in build.stored:
             _store(build, done)
     build.manifest.unread |= build.stale.keys()
     build.manifest.save({page.docname for page in build.pages})
@@ -700,7 +698,7 @@ def finish_executions(app: Sphinx, env: BuildEnvironment) -> list[str]:
         f"execution cache: executed {len(executions)} of {len(build.pages)} pages "
         f"in {wall:.1f} s with {min(build.workers, max(1, len(executions)))} kernel(s)"
     )
-    for failed in build.failures:
+    for failed in failures:
         message = f"executing {failed.page.docname} failed:\n{failed.error}"
         if config.nb_execution_raise_on_error:
             raise ExtensionError(message)
