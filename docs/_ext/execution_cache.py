@@ -435,7 +435,6 @@ class Executions:
         self, pages: list[Page], code: CodeIndex, options: dict[str, Any], workers: int
     ) -> None:
         """Start executing ``pages`` in a background thread."""
-        self.order = [page.docname for page in pages]
         self.started = time.perf_counter()
         self.ended: float | None = None  # when the last execution ended
         self._futures: dict[str, concurrent.futures.Future[Execution]] = {
@@ -466,6 +465,11 @@ class Executions:
             await asyncio.gather(*(one(page) for page in pages))
         finally:
             self.ended = time.perf_counter()
+
+    @property
+    def order(self) -> list[str]:
+        """The pages, in the order they start."""
+        return list(self._futures)
 
     def __contains__(self, docname: str) -> bool:
         """Whether ``docname`` is one of the pages being executed."""

@@ -569,10 +569,12 @@ def train(
     for i in range(steps):
         params, opt_state, value = step(params, opt_state, xs[i % 16], ys[i % 16])
         # One step in flight at a time. XLA's CPU client runs each device's share of a
-        # program on a pool of as many threads as devices (xla/pjrt/cpu/cpu_client.cc).
-        # With all 40 steps and their batches queued at once, a loaded machine once had
-        # 7 devices wait in an all-gather for an 8th that never came, until XLA aborted
-        # the process at its 40 s collective timeout (jax 0.10.2: 1 of 32 fresh
-        # processes, 4 at once on 2 cores); waiting for each step leaves the pool to it.
+        # program on a pool of at least as many threads as devices
+        # (xla/pjrt/cpu/cpu_client.cc). With all 40 steps and their batches queued at
+        # once, a loaded machine once had 7 devices wait in an all-gather for an 8th
+        # that never came, until XLA aborted the process at its 40 s collective timeout
+        # (jax 0.10.2: 1 of 32 fresh processes, 4 at once on 2 cores). Waiting for each
+        # step leaves the pool to that step alone: a precaution, not a proven fix, since
+        # 30 runs under load aborted neither with it nor without it.
         losses.append(float(value))
     return np.asarray(losses, np.float32)
