@@ -316,19 +316,6 @@ def test_x64_turned_on_by_the_file_does_not_change_the_expected_dtype(tmp_path):
             "def shard_map_double(x):\n    return x * 2.0\n",
             "right values, computed with jax.numpy or jax.jit, not with jax.shard_map",
         ),
-        (
-            "shard_map_psum",
-            """
-            import jax, jax.numpy as jnp
-            from jax.sharding import NamedSharding, PartitionSpec as P
-            def shard_map_psum(x):
-                mesh = jax.make_mesh((1,), ("data",), devices=jax.devices()[:1])
-                x = jax.device_put(x, NamedSharding(mesh, P("data")))
-                return jax.shard_map(jnp.sum, mesh=mesh, in_specs=P("data"), out_specs=P(),
-                                     check_vma=False)(x)
-            """,
-            "right values, but the program this call ran asks for no all-reduce (psum, pmean)",
-        ),
     ],
 )
 def test_right_values_without_the_technique_get_their_own_verdict(tmp_path, problem, body, message):

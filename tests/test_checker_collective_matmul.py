@@ -133,12 +133,12 @@ def test_the_ring_turned_the_wrong_way_is_explained(tmp_path, device_count):
 
 def test_gathering_x_first_is_refused_by_its_technique(tmp_path, device_count):
     status, message = _judge_file(AG, _ag(tmp_path, AG_GATHER))
+    if device_count == 1:  # a gather over one device moves nothing: shard_map alone is asked
+        assert status == "pass", message
+        return
     assert status == "technique", message
-    if device_count == 1:
-        assert "asks for no collective-permute (ppermute)" in message
-    else:
-        assert "no collective-permute (ppermute)" in message
-        assert "runs 1 all-gather" in message
+    assert "no collective-permute (ppermute)" in message
+    assert "runs 1 all-gather" in message
 
 
 # --- the reduce-scatter collective matmul --------------------------------------------
@@ -239,9 +239,11 @@ def test_partial_sums_never_added_are_explained(tmp_path, device_count):
 )
 def test_the_collectives_the_ring_replaces_are_refused(tmp_path, body, words, device_count):
     status, message = _judge_file(RS, _rs(tmp_path, body))
+    if device_count == 1:  # a collective over one device combines nothing: none is judged
+        assert status == "pass", message
+        return
     assert status == "technique", message
-    if device_count > 1:
-        assert words in message, message
+    assert words in message, message
 
 
 # --- shortcuts, judged as functions --------------------------------------------------

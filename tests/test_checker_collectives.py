@@ -209,12 +209,12 @@ def test_right_sums_held_whole_by_every_device_are_flagged(tmp_path, device_coun
     report = check_here("shard_map_psum_scatter", path)
     (run,) = report.runs
     statuses = {r.status for r in run.results}
-    # Right values everywhere; a psum where psum_scatter is practised, on any device count.
+    if device_count == 1:  # a sum over one device adds nothing: shard_map alone is asked
+        assert statuses == {"pass"}, str(report)
+        return
+    # Right values everywhere; a psum where psum_scatter is practised.
     assert statuses == {"technique"}, str(report)
-    if device_count == 1:
-        assert "asks for no reduce-scatter (psum_scatter)" in flat(str(report))
-    else:
-        assert "1 all-reduce of" in flat(str(report)), str(report)
+    assert "1 all-reduce of" in flat(str(report)), str(report)
 
 
 def test_the_mistakes_are_written_as_files_the_checker_can_load():

@@ -152,14 +152,13 @@ def test_a_readers_right_solution_passes_jitted(tmp_path, body):
 @pytest.mark.parametrize("label", [ONE_PER_DEVICE, TWO_PER_DEVICE])
 def test_a_readers_right_solution_passes_eagerly(tmp_path, label):
     # Eager shard_map compiles every operation on its own: two cases, not the six of a check.
-    assert _judged(tmp_path, RIGHT_WITH_IDS, label, call="layer") == ("pass", "")
+    assert _judged(tmp_path, RIGHT_WITH_IDS, label, call="layer")[0] == "pass"
 
 
 def test_argmax_over_the_devices_own_experts_fails_with_its_explanation(tmp_path, device_count):
     status, message = _judged(tmp_path, LOCAL_ARGMAX, ONE_PER_DEVICE)
-    if device_count == 1:  # one device holds every expert: right values, no all-to-all
-        assert status == "technique", message
-        assert "asks for no all-to-all" in message
+    if device_count == 1:  # one device holds every expert: right values, nothing to send
+        assert status == "pass", message
         return
     assert status == "fail", message
     assert "Each token went to the best expert on its own device" in message
@@ -187,10 +186,12 @@ def test_a_too_small_capacity_drops_tokens_and_fails(tmp_path, device_count):
 
 def test_gathering_the_experts_fails_on_technique(tmp_path, device_count):
     status, message = _judged(tmp_path, GATHER_W, ONE_PER_DEVICE)
+    if device_count == 1:  # a gather over one device moves nothing: shard_map alone asked
+        assert status == "pass", message
+        return
     assert status == "technique", message
-    if device_count == 8:
-        assert "no all-to-all (all_to_all) from the code inside jax.shard_map" in message
-        assert "all-gather" in message
+    assert "no all-to-all (all_to_all) from the code inside jax.shard_map" in message
+    assert "all-gather" in message
 
 
 # --- shortcuts ---------------------------------------------------------------------
@@ -317,7 +318,7 @@ def test_ids_as_int32_keep_within_the_budget_in_bfloat16(tmp_path, device_count)
     x = rng.normal(size=(16, 4)).astype(jnp.bfloat16)
     w = rng.normal(size=(8, 4, 3)).astype(jnp.bfloat16)
     case = type(PROBLEM.cases[0])("bf16", (x, rng.normal(size=(16, 8)).astype(np.float32), w))
-    assert judged(PROBLEM, solution, case) == ("pass", ""), judged(PROBLEM, solution, case)
+    assert judged(PROBLEM, solution, case)[0] == "pass", judged(PROBLEM, solution, case)
     n = device_count
     assert PROBLEM.budget.limits(PROBLEM.arranged(case))["sent"] == (n - 1) * (16 // n) * (
         4 * 4 + 4 + 4 * 3

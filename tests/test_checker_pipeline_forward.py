@@ -103,16 +103,15 @@ def test_a_readers_right_solution_passes_eager(tmp_path):
     path.write_text(source(WRAP=""))
     solution = load_solution({"kind": "file", "path": str(path), "function": NAME})
     for case in (PROBLEM.cases[0], *(c for c in PROBLEM.cases if c.label == SPLIT)):
-        assert judged(PROBLEM, solution, case) == ("pass", ""), case.label
+        assert judged(PROBLEM, solution, case)[0] == "pass", case.label
 
 
 def test_stages_that_read_x_themselves_fail_with_its_explanation(tmp_path, device_count):
     # Stage s reads microbatch t - s from x itself at tick t: no activation is passed.
     report, text = _check(tmp_path, SEND="x[jnp.clip(tick + 1 - stage, 0, m - 1)]")
     (run,) = report.runs
-    if device_count == 1:  # one stage holds every layer: right values, no ppermute
-        assert {r.status for r in run.results} == {"technique"}, text
-        assert "asks for no collective-permute (ppermute)" in text
+    if device_count == 1:  # one stage holds every layer: nothing to pass on
+        assert run.passed, text
         return
     assert not run.passed
     assert "This is x through the last 1 of the 2 layers only" in text  # the statement's
@@ -138,11 +137,16 @@ def test_no_psum_leaves_zeros_on_the_first_stage(tmp_path, device_count):
     assert "Every output is 0" in text
 
 
-def test_gathering_w_and_computing_every_layer_everywhere_is_not_pipelining(tmp_path):
+def test_gathering_w_and_computing_every_layer_everywhere_is_not_pipelining(
+    tmp_path, device_count
+):
     whole = "layers(x, jax.lax.all_gather(w_block, 'stage', tiled=True))"
     # No activation passed; all_gather's result varies over "stage" for JAX's type check.
     report, text = _check(tmp_path, SEND="h", FINISH=whole, CHECK="check_vma=False")
     (run,) = report.runs
+    if device_count == 1:  # one stage: nothing to gather or pass on, shard_map alone asked
+        assert run.passed, text
+        return
     assert {r.status for r in run.results} == {"technique"}, text
     assert "collective-permute (ppermute)" in text
 
@@ -280,7 +284,7 @@ SHORTCUTS = [
     (dead_ppermute, SPLIT, "placement", "on 1 device", None),
     (zero_times_ppermute, SPLIT, "placement", "computed on 1 device", None),
     (wraps_the_reference, SPLIT, "reference", "package's own", "reference"),
-    (by_psum_not_ppermute, SPLIT, "technique", "no collective-permute", "technique"),
+    (by_psum_not_ppermute, SPLIT, "technique", "no collective-permute", "pass"),
     (w_gathered_then_pipelined, SMALL_OUTPUT, "technique", "never leave", "pass"),
     (outputs_round_the_ring, LAST, "budget", "sends 17,920 bytes", "pass"),
     (outputs_gathered_from_every_stage, LAST, "budget", "sends 17,920 bytes", "pass"),

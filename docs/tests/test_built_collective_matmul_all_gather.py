@@ -88,13 +88,12 @@ def test_the_solution_splits_the_columns_and_runs_7_permutes():
     assert permutes.count("collective-permute -> f32[2,4] (32 bytes)") == 7
 
 
-def test_one_device_still_traces_the_ppermute():
+def test_one_device_runs_no_collective():
     text = cell_output("x_one, w_one = ")
-    assert "ppermute in the traced program: True" in text
+    assert "collectives: []" in text
     assert "devices: 1" in text
 
 
 def test_the_checker_names_the_gather_it_refuses():
     section = page().find(id="try-it-yourself").get_text()
-    assert "asks for no collective-permute (ppermute)" in section
     assert "runs 1 all-gather" in section

@@ -93,8 +93,10 @@ def test_the_checker_passes_the_reference_and_names_data_parallelism_for_whole_w
     )
     verdict = cell_output(soup, 'check("fsdp_sgd_step", whole_w_on_every_device)')
     verdict = " ".join(verdict.split())
-    assert "FAILED (1 device:" in verdict
+    assert "FAILED (8 devices:" in verdict
+    assert "1 device:" not in verdict.split(")")[0]  # on one device nothing is gathered
     assert "TECHNIQUE" in verdict
+    assert "pass*" in verdict
     assert "no all-gather (all_gather) from the code inside jax.shard_map" in verdict
 
 

@@ -84,14 +84,22 @@ __all__ = [
 ]
 
 DEFAULT_DEVICES = (1, 8)
-DEFAULT_DEADLINE = 120.0
+DEFAULT_DEADLINE = 300.0
 """Seconds a whole check may take, starting JAX and every case on every device count
 included; the cases not finished by then are reported as not run. A right solution's
-check takes 5 to 20 s (``benchmarks/checker.py``)."""
+check takes 5 to 20 s jitted (``benchmarks/checker.py``); an eager one, whose
+``shard_map`` compiles each operation as a program of its own, can take minutes on a
+busy machine."""
 DEFAULT_TIMEOUT = 10.0
-"""Seconds a case may take, compilation and tracing included, before it is stopped as
-a hang. A right solution's slowest case takes about a second on a busy machine
-(``benchmarks/checker.py`` prints the figures)."""
+"""How long a case may run, compilation and tracing included, before it is stopped as
+a hang: ``timeout`` seconds of CPU time on each core the machine lends the checker
+(20 CPU-seconds on 2 cores), or ``timeout`` seconds of wall-clock time spent idle
+(asleep, or waiting for a collective). A case that computes is not stopped for
+waiting its turn on a busy machine. A right solution's slowest case takes about a
+second jitted (``benchmarks/checker.py`` prints the figures)."""
+IDLE_SHARE = 0.05
+"""The share of one core below which a running case counts as idle (asleep or waiting):
+a computing case gets far more than this even on a machine busy with other work."""
 STARTUP_TIMEOUT = 120.0
 """Seconds a fresh process may take to start JAX (slow only on a very busy machine)."""
 LOAD_TIMEOUT = 30.0
@@ -601,6 +609,11 @@ class _Follow:
         self.at: list[int | None] = [None] * count  # the case each process runs now
         self.answers: dict[int, dict[int, tuple[dict[str, Any], bytes]]] = {}
         self.deadline = time.monotonic() + STARTUP_TIMEOUT
+        # The running case's clock: (when, CPU seconds) at its start and at the start of the
+        # window in which idleness is measured (see DEFAULT_TIMEOUT).
+        self.started: tuple[float, float] = (0.0, 0.0)
+        self.window: tuple[float, float] = (0.0, 0.0)
+        self.hang = "idle"  # how the running case was found hung: "idle" or "cpu"
         self.buffers = [b""] * count
         self.finished: set[int] = set()  # processes that said they are done
         self.done = False
@@ -650,7 +663,7 @@ class _Follow:
                 if now > self.check.deadline:
                     self._overdue()
                     break
-                if now > self.deadline:
+                if now > self.deadline and not self._still_computing(now):
                     self._hung()
                     break
         return self.outcome
@@ -715,14 +728,47 @@ class _Follow:
                 self._verdict(index, answers)
                 del self.answers[index]
                 self.current = index + 1 if index + 1 < len(self.check.cases) else None
-                self.deadline = now + self.check.timeout
+                self._start_clock(now)
         elif kind == "done":
             self.finished.add(process)
             self.done = len(self.finished) == len(self.processes)
         else:
             raise ValueError(kind)
         if self.phase != before:
-            self.deadline = now + (LOAD_TIMEOUT if self.phase == "loading" else self.check.timeout)
+            if self.phase == "loading":
+                self.deadline = now + LOAD_TIMEOUT
+            else:
+                self._start_clock(now)
+
+    def _start_clock(self, now: float) -> None:
+        """A case starts running: ``timeout`` from now, and its CPU time from here."""
+        self.deadline = now + self.check.timeout
+        self.started = self.window = (now, self._cpu_seconds())
+
+    def _cpu_seconds(self) -> float:
+        """The CPU time the workers have used so far, every thread of each included."""
+        return sum(_cpu_seconds(process.pid) for process in self.processes)
+
+    def _still_computing(self, now: float) -> bool:
+        """Past the wall-clock deadline: whether the running case is computing, not hung.
+
+        A case that keeps using the CPU is given more time, until it has used
+        ``timeout`` seconds of CPU on each core the checker may use; one that used
+        less than :data:`IDLE_SHARE` of a core since the last look is idle, and hung.
+        """
+        if self.phase != "running":
+            return False
+        cpu = self._cpu_seconds()
+        window = max(now - self.window[0], 1e-9)
+        if cpu - self.started[1] > self.check.timeout * _cores():
+            self.hang = "cpu"
+            return False
+        if (cpu - self.window[1]) / window < IDLE_SHARE:
+            self.hang = "idle"
+            return False
+        self.window = (now, cpu)
+        self.deadline = now + max(1.0, self.check.timeout / 5)
+        return True
 
     def _verdict(self, index: int, answers: dict[int, tuple[dict[str, Any], bytes]]) -> None:
         """Judge case ``index`` from every process' answer, and record the result."""
@@ -796,10 +842,22 @@ class _Follow:
                 f"loading the solution took more than {LOAD_TIMEOUT:.0f} s; does the file "
                 "run something slow or endless when it is imported?"
             )
+        elif self.hang == "cpu":
+            used = self._cpu_seconds() - self.started[1]
+            message = (
+                f"stopped after {time.monotonic() - self.started[0]:.0f} s, having used "
+                f"{used:.0f} s of CPU time, the limit of --timeout {self.check.timeout:g} "
+                f"on {_cores()} core{'s' if _cores() != 1 else ''}: an endless loop? If the "
+                "solution is right but slow (an eager shard_map compiles every operation "
+                "on its own: jax.jit it), raise the limit with --timeout SECONDS "
+                "(timeout= from Python)"
+            )
         else:
             message = (
-                f"stopped after {self.check.timeout:g} s: an endless loop, a long sleep, or "
-                "a collective (such as psum) that some devices never reach?"
+                f"stopped after {time.monotonic() - self.started[0]:.0f} s, the last "
+                f"{time.monotonic() - self.window[0]:.0f} s of them idle (using almost no "
+                "CPU): a long sleep, or a collective (such as psum) that some devices never "
+                f"reach? (--timeout {self.check.timeout:g} sets how long a case may wait)"
             )
             if len(self.processes) > 1:
                 message += " Every process of the cluster was stopped."
@@ -852,6 +910,34 @@ class _Follow:
 
 
 _PHASES = ["starting", "loading", "running"]
+
+
+def _cores() -> int:
+    """The cores this process may run on: the CPU a case may use per second of wall time."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _cpu_seconds(pid: int) -> float:
+    """The CPU time process ``pid`` has used, its threads' and waited-for children's included.
+
+    Read from ``/proc/PID/stat`` (fields 14 to 17, after the command's closing
+    parenthesis); 0 where there is no such file (the process is gone, or not Linux).
+    """
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = text.rsplit(")", 1)[-1].split()
+    try:
+        return sum(int(f) for f in fields[11:15]) / _TICKS
+    except (ValueError, IndexError):
+        return 0.0
 
 
 def _split(event: dict[str, Any], payload: bytes) -> tuple[bytes, dict[str, Any] | None, bytes]:

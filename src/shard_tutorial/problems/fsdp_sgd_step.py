@@ -26,6 +26,7 @@ from jax.sharding import PartitionSpec as P
 from shard_tutorial.linear_regression import (
     check_step_inputs,
     explain_step,
+    gradient_unused,
     make_case,
     oracle_step,
     unsharded_step,
@@ -269,6 +270,7 @@ TECHNIQUE = Technique(
             at_least=lambda args: int(np.size(args[0])) * np.asarray(args[0]).dtype.itemsize,  # w's
         ),
     ),
+    hidden=lambda args: gradient_unused(args[4]),  # lr=0
 )
 """What a solution must do besides computing the right values (the statement's
 "This problem practises" paragraph says it in words)."""

@@ -26,7 +26,13 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shard_tutorial.linear_regression import check_step_inputs, explain_step, make_case, oracle_step
+from shard_tutorial.linear_regression import (
+    check_step_inputs,
+    explain_step,
+    gradient_unused,
+    make_case,
+    oracle_step,
+)
 from shard_tutorial.meshes import data_mesh_for, place
 from shard_tutorial.problem import Case, Forbidden, Placement, Problem, Technique
 from shard_tutorial.problems._linear import linear_start
@@ -224,6 +230,7 @@ TECHNIQUE = Technique(
             "each device must work on its own block of the batch, not gather it whole",
         ),
     ),
+    hidden=lambda args: gradient_unused(args[3]),  # lr=0
 )
 """What a solution must do besides computing the right values (the statement's
 "This problem practises" paragraph says it in words)."""

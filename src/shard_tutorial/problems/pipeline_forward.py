@@ -291,8 +291,8 @@ def _case(
 
 
 def _generate(rng: np.random.Generator) -> Case:
-    """One random case: 2 to 8 microbatches, up to 16 layers, small B and D."""
-    microbatches, rows = int(rng.integers(2, 9)), int(rng.integers(1, 4))
+    """One random case: 1 to 8 microbatches, up to 16 layers, small B and D."""
+    microbatches, rows = int(rng.integers(1, 9)), int(rng.integers(1, 4))
     d, layers = int(rng.integers(1, 7)), int(rng.integers(1, 17))
     label = f"random: M={microbatches}, B={rows}, D={d}, L={layers}"
     return _case(rng, label, microbatches, rows, d, layers)
@@ -311,8 +311,8 @@ def _cases() -> list[Case]:
             np.array([[[1.0, 0.0], [0.0, 1.0]], [[0.0, 1.0], [1.0, 0.0]]], np.float32),
         ),
     )
-    # No M=1 case: on one device a single microbatch needs no ppermute at all, and the
-    # checker asks the program of a one-device run for the collective it practises.
+    # M=1 is allowed: one microbatch still crosses every stage (n - 1 ppermutes), and on
+    # one stage it crosses none, where the checker asks for shard_map alone.
     return [
         example,
         case("M=4, L=8: 8 stages of 1 layer", 4, 2, 8, 8),
@@ -322,6 +322,8 @@ def _cases() -> list[Case]:
         case("L=9: 3 stages of 3 layers", 3, 2, 5, 9),
         case("L=7: 7 stages, a prime", 6, 1, 3, 7),
         case("L=1: one stage, no pipeline", 3, 2, 3, 1),
+        case("M=1, L=8: one microbatch through 8 stages", 1, 2, 3, 8),
+        case("M=1, L=1: one microbatch, one stage", 1, 2, 3, 1),
         case("M=8, B=4, D=16, L=8", 8, 4, 16, 8),
     ]
 
