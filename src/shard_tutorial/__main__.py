@@ -124,7 +124,9 @@ def _parser() -> argparse.ArgumentParser:
         type=_seconds,
         default=DEFAULT_TIMEOUT,
         metavar="SECONDS",
-        help=f"how long a case may run before it counts as a hang (default: {DEFAULT_TIMEOUT:g})",
+        help="how long a case may run before it counts as a hang: this many seconds of CPU "
+        "time on each core, or of waiting idle (asleep, or in a collective that never "
+        f"completes); a busy machine's waits do not count (default: {DEFAULT_TIMEOUT:g})",
     )
     checking.add_argument(
         "--deadline",

@@ -115,7 +115,7 @@ def test_a_hang_in_one_process_stops_the_cluster_and_the_rest_run_on_a_fresh_one
     results = report.runs[0].results
     assert results[0].label == "example from the problem statement"
     assert results[0].status == "timeout"
-    assert results[0].message.startswith("process 1 of 2: stopped after 5 s")
+    assert results[0].message.startswith("process 1 of 2: stopped after ")
     assert "Every process of the cluster was stopped." in results[0].message
     assert [r.status for r in results[1:]] == ["pass"] * (len(results) - 1)
     assert left_behind() == []
