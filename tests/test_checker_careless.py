@@ -456,6 +456,28 @@ def test_memory_is_capped_and_named(tmp_path):
             ),
         ),
         (
+            "a program in a session of its own, with no environment",
+            (
+                "import subprocess\n"
+                "child = subprocess.Popen(['sleep', '1000'], start_new_session=True, env={})\n"
+                "pid = child.pid\n"
+            ),
+        ),
+        (
+            "a daemon: a double fork into a new session, the environment emptied",
+            (
+                "import time\nread, write = os.pipe()\n"
+                "if os.fork() == 0:\n"
+                "    os.setsid()\n"
+                "    if os.fork() == 0:\n"
+                "        os.environ.clear()\n"
+                "        os.write(write, str(os.getpid()).encode())\n"
+                "        os.execve('/bin/sleep', ['sleep', '1000'], {})\n"
+                "    os._exit(0)\n"
+                "pid = int(os.read(read, 32))\n"
+            ),
+        ),
+        (
             "a fork that crashes while the worker carries on",
             (
                 "import time\npid = os.fork()\nif pid == 0:\n"

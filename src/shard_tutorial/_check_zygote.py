@@ -66,6 +66,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO, NoReturn
 
+from shard_tutorial.process_tree import become_subreaper, children, kill_descendants
+
 ROOM_VARIABLE = "SHARD_TUTORIAL_CHECK_ROOM"
 """The zygote's last environment variable: room for a worker's own variables (its token)."""
 ROOM = 16 * 1024
@@ -567,6 +569,7 @@ class _Server:
         for pid in self.unreaped:
             with contextlib.suppress(OSError):
                 os.killpg(pid, signal.SIGKILL)
+        self._sweep()
         for pid in self.unreaped:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
@@ -596,6 +599,7 @@ class _Server:
                 self.unreaped.discard(pid)
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, 0)
+                self._sweep()
         return True
 
     def _fork(self, message: dict[str, Any], request: int, output: int, channel: int) -> None:
@@ -619,8 +623,26 @@ class _Server:
         self.selector.register(pidfd, selectors.EVENT_READ, pid)
         self._send({"op": "spawned", "id": message["id"], "pid": pid, "fd": self.target})
 
+    def _sweep(self) -> None:
+        """Kill and reap every child that is not a worker: orphans of what workers started.
+
+        The zygote is a subreaper (:func:`shard_tutorial.process_tree.become_subreaper`):
+        a process a worker's child started, then left (a double fork, a new session
+        without the check's token in its environment), becomes the zygote's child when
+        its parent exits, and is ended here.
+        """
+        for pid in children(self.me):
+            if pid in self.unreaped:
+                continue
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+            kill_descendants(pid)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+
     def _exited(self, pid: int) -> None:
         """Report worker ``pid``'s exit status; it stays a zombie until released."""
+        self._sweep()
         pidfd = self.children.pop(pid)
         self.selector.unregister(pidfd)
         os.close(pidfd)
@@ -742,6 +764,7 @@ def main(argv: list[str] | None = None) -> int:
             channel.sendall(json.dumps({"op": "unusable", "reason": repr(error)}).encode() + b"\n")
         return 1
     kept = _open_fds() - {0, 1, 2, channel.fileno(), watch}
+    become_subreaper()  # orphans of what the workers start become its own, to end (_sweep)
     return _Server(channel, checker, room, kept).serve(watch)  # it never returns
 
 

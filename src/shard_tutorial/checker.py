@@ -69,6 +69,7 @@ from shard_tutorial._check_zygote import ZYGOTES, Forked
 from shard_tutorial.judge import judge, judge_cluster
 from shard_tutorial.problem import Case, Problem
 from shard_tutorial.problems import get_problem
+from shard_tutorial.process_tree import cpu_seconds, kill_descendants
 from shard_tutorial.report import CaseResult, CheckReport, DeviceRun
 
 __all__ = [
@@ -747,7 +748,7 @@ class _Follow:
 
     def _cpu_seconds(self) -> float:
         """The CPU time the workers have used so far, every thread of each included."""
-        return sum(_cpu_seconds(process.pid) for process in self.processes)
+        return sum(cpu_seconds(process.pid) for process in self.processes)
 
     def _still_computing(self, now: float) -> bool:
         """Past the wall-clock deadline: whether the running case is computing, not hung.
@@ -920,26 +921,6 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def _cpu_seconds(pid: int) -> float:
-    """The CPU time process ``pid`` has used, its threads' and waited-for children's included.
-
-    Read from ``/proc/PID/stat`` (fields 14 to 17, after the command's closing
-    parenthesis); 0 where there is no such file (the process is gone, or not Linux).
-    """
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0.0
-    fields = text.rsplit(")", 1)[-1].split()
-    try:
-        return sum(int(f) for f in fields[11:15]) / _TICKS
-    except (ValueError, IndexError):
-        return 0.0
-
-
 def _split(event: dict[str, Any], payload: bytes) -> tuple[bytes, dict[str, Any] | None, bytes]:
     """An output event's bytes as the output's values, how it was made, and the candidates'."""
     how = event.get("how")
@@ -990,6 +971,9 @@ def _wait_exit(process: _Worker, grace: float) -> int | None:
 def _end_session(process: _Worker, grace: float) -> None:
     """Let the worker exit within ``grace`` seconds, then kill its whole process group."""
     _wait_exit(process, grace)
+    # What the worker started in sessions of their own, its environment dropped (so no
+    # token shows): still below it in the process tree while it lives.
+    kill_descendants(process.pid)
     with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is gone
         os.killpg(process.pid, signal.SIGKILL)  # the worker and all it started
     process.wait()
