@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from judging import pasted_reference
+from judging import judged, pasted_reference
 from processes import alive
 
 from shard_tutorial import check, checker
@@ -567,3 +567,17 @@ def test_a_check_leaves_no_file_behind(tmp_path):
                    devices=(1,))  # fmt: skip
     assert report.passed, str(report)
     assert ours() <= before
+
+
+def test_an_exception_whose_str_raises_is_an_error_not_a_crash():
+    class Unprintable(Exception):
+        def __str__(self):
+            raise RuntimeError("no text")
+
+    def shard_map_psum(x):
+        raise Unprintable
+
+    problem = get_problem("shard_map_psum")
+    status, message = judged(problem, shard_map_psum, problem.cases[0])
+    assert status == "error", message
+    assert "Unprintable: <exception str() failed>" in message, message

@@ -99,7 +99,7 @@ def describe_exception(error: BaseException) -> str:
         if not frame.filename.startswith("<frozen") and not is_library_file(frame.filename)
     ]
     if isinstance(error, SystemExit | KeyboardInterrupt):
-        message = f"{type(error).__name__}: {error}".rstrip(": ")
+        message = f"{type(error).__name__}: {safe_str(error)}".rstrip(": ")
     else:
         message = "".join(traceback.format_exception_only(type(error), error)).strip()
     message = JAX_FILTER_NOTE.sub("", message).strip()
@@ -151,7 +151,24 @@ def _hint(error: BaseException, message: str) -> str | None:
 
 def is_memory_error(error: BaseException) -> bool:
     """Whether ``error`` says the process ran out of memory (its limit, set by the parent)."""
-    return isinstance(error, MemoryError) or any(sign in str(error) for sign in MEMORY_SIGNS)
+    return isinstance(error, MemoryError) or any(sign in safe_str(error) for sign in MEMORY_SIGNS)
+
+
+def safe_str(value: object) -> str:
+    """``str(value)``, or a stand-in where its ``__str__`` raises (the solution's own class).
+
+    Examples:
+      >>> from shard_tutorial._check_worker import safe_str
+      >>> class Broken(Exception):
+      ...     def __str__(self):
+      ...         raise RuntimeError
+      >>> safe_str(Broken())
+      '<Broken whose str() raised RuntimeError>'
+    """
+    try:
+        return str(value)
+    except BaseException as error:  # noqa: BLE001 (any class of the solution's)
+        return f"<{type(value).__name__} whose str() raised {type(error).__name__}>"
 
 
 def load_solution(spec: dict[str, Any]) -> Callable[..., Any]:
@@ -378,7 +395,7 @@ def answer(
     try:
         header, payload = describe(received, shards=shards)
     except BaseException as error:  # noqa: BLE001 (an object whose methods raise)
-        header, payload = {"kind": type(received).__name__, "problem": str(error)}, b""
+        header, payload = {"kind": type(received).__name__, "problem": safe_str(error)}, b""
     try:
         how, extra = lineage(recording, received, args, shards=shards)
     except BaseException as error:  # noqa: BLE001
