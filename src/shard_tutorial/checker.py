@@ -121,6 +121,7 @@ EXIT_GRACE = 2.0
 thread or a process the solution started must not keep the check waiting."""
 _HEADER_LIMIT = 1 << 20  # bytes a report's header line may take before its end of line
 _PAYLOAD_LIMIT = MEMORY_LIMIT  # bytes of values one report may carry
+_READ_SLICE = 0.5  # seconds of reading a worker's output before its limits are looked at
 _POLL = 0.1  # seconds between looks at whether the worker ended or the check was cancelled
 INTERRUPTED = threading.Event()
 """Set by the command line's Ctrl-C handler: every check stops its workers and raises
@@ -615,7 +616,9 @@ class _Follow:
         self.started: tuple[float, float] = (0.0, 0.0)
         self.window: tuple[float, float] = (0.0, 0.0)
         self.hang = "idle"  # how the running case was found hung: "idle" or "cpu"
-        self.buffers = [b""] * count
+        self.buffers = [bytearray() for _ in range(count)]
+        self.scanned = [0] * count  # where in its buffer to look for a report's end
+        self.wanted = [0] * count  # the buffer's length at which a report is whole
         self.finished: set[int] = set()  # processes that said they are done
         self.done = False
 
@@ -670,7 +673,12 @@ class _Follow:
         return self.outcome
 
     def _read(self, index: int) -> bool:
-        """Take in what a worker wrote; False once its pipe is closed."""
+        """Take in what a worker wrote; False once its pipe is closed.
+
+        Returns to the caller within :data:`_READ_SLICE` seconds even while the worker
+        writes without pause, so the case's limits are still watched.
+        """
+        until = time.monotonic() + _READ_SLICE
         while not self.done:
             try:
                 chunk = os.read(self.channels[index], 1 << 20)
@@ -679,17 +687,30 @@ class _Follow:
             if not chunk:
                 return False
             self.buffers[index] += chunk
-            self._frames(index)
+            if len(self.buffers[index]) >= self.wanted[index]:
+                self._frames(index)
+            if time.monotonic() > until:
+                return True
         return True
 
     def _frames(self, index: int) -> None:
-        if b"\n" not in self.buffers[index] and len(self.buffers[index]) > _HEADER_LIMIT:
-            self._garbled(index)  # bytes with no end of line: not a report
-            return
-        while not self.done and b"\n" in self.buffers[index]:
-            line, rest = self.buffers[index].split(b"\n", 1)
+        """Take every whole report out of the worker's buffer.
+
+        A report is a line of JSON, then ``nbytes`` of values. The buffer is a
+        ``bytearray`` that grows in place, and a report's end is looked for only
+        in the bytes that arrived since the last look, so reading an answer of any
+        size takes time in proportion to it.
+        """
+        buffer = self.buffers[index]
+        while not self.done:
+            end = buffer.find(b"\n", self.scanned[index])
+            if end < 0:
+                self.scanned[index] = len(buffer)
+                if len(buffer) > _HEADER_LIMIT:
+                    self._garbled(index)  # bytes with no end of line: not a report
+                return
             try:
-                event = json.loads(line)
+                event = json.loads(bytes(buffer[:end]))
                 size = int(event.get("nbytes", 0))
             except (ValueError, AttributeError, TypeError, RecursionError):
                 self._garbled(index)
@@ -697,11 +718,15 @@ class _Follow:
             if not 0 <= size <= _PAYLOAD_LIMIT:
                 self._garbled(index)
                 return
-            if len(rest) < size:
-                return  # the values have not all arrived
-            self.buffers[index] = rest[size:]
+            if len(buffer) - end - 1 < size:
+                self.scanned[index] = end  # the values have not all arrived
+                self.wanted[index] = end + 1 + size
+                return
+            payload = bytes(buffer[end + 1 : end + 1 + size])
+            del buffer[: end + 1 + size]
+            self.scanned[index], self.wanted[index] = 0, 0
             try:
-                self._event(index, event, rest[:size])
+                self._event(index, event, payload)
             except (KeyError, TypeError, ValueError, IndexError):
                 self._garbled(index)
 
