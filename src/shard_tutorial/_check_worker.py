@@ -38,7 +38,7 @@ import sys
 import sysconfig
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -381,6 +381,9 @@ def answer(
         from shard_tutorial.recording import record as recorder  # noqa: PLC0415 (after JAX)
     else:
         recorder = record
+    # The arrays that exist before the call (the arguments, the file's own constants): an
+    # answer may be made from them. Held until the lineage is read, so no id is reused.
+    earlier = jax.live_arrays()
     with recorder() as recording:
         began = time.perf_counter()
         try:
@@ -397,7 +400,7 @@ def answer(
     except BaseException as error:  # noqa: BLE001 (an object whose methods raise)
         header, payload = {"kind": type(received).__name__, "problem": safe_str(error)}, b""
     try:
-        how, extra = lineage(recording, received, args, shards=shards)
+        how, extra = lineage(recording, received, args, shards=shards, earlier=earlier)
     except BaseException as error:  # noqa: BLE001
         how, extra = {"error": explain(error).splitlines()[0]}, b""
     if intact is not None and not intact():
@@ -421,13 +424,20 @@ TEXT_LIMIT = 200_000  # characters of a program's communication lines sent
 
 
 def describe_lineage(
-    recording: Any, received: object, args: tuple[Any, ...], *, shards: bool = False
+    recording: Any,
+    received: object,
+    args: tuple[Any, ...],
+    *,
+    shards: bool = False,
+    earlier: Sequence[Any] = (),
 ) -> tuple[dict[str, Any], bytes]:
     """How ``received`` was made, as plain data for the judge, and the candidates' bytes.
 
     Returns:
       ``{"intact": bool, "programs": [...], "copies": [...], "unknown": n,
-      "made_by": [...], "candidates": [...]}``: the programs the output depends on
+      "made_by": [...], "candidates": [...]}``: how many arrays the output depends on
+      were made during the call where the recording could not see (``earlier``: the
+      arrays that existed before it, which count as arguments), the programs it depends on
       (each with its ``order``, ``devices``, whether it ran ``shard_map``, the
       Python ``files`` its operations came from and the lines of its compiled
       text that say what it sends and how often, see
@@ -444,7 +454,7 @@ def describe_lineage(
     from shard_tutorial.problem import fingerprint  # noqa: PLC0415
     from shard_tutorial.recording import Copy  # noqa: PLC0415
 
-    lineage = recording.lineage(received, args)
+    lineage = recording.lineage(received, args, earlier=earlier)
     programs = []
     for run in lineage.runs:
         programs.append(

@@ -106,8 +106,10 @@ class Lineage:
       runs: the programs the result depends on.
       copies: the copies to the devices it depends on.
       unknown: how many of the arrays it depends on came neither from the
-        function's arguments nor from a recorded event (made some other way,
-        e.g. ``jax.make_array_from_callback``).
+        function's arguments (or arrays that existed before the call, where the
+        caller says which) nor from a recorded event: made some other way
+        (``jax.make_array_from_callback``, a program run in another thread, an
+        ahead-of-time compiled program called directly).
       made_by: for each output array, the event that made it (None: neither a
         program nor a copy made it: it is an argument, or of unknown origin).
       arguments: how many of the call's argument arrays it depends on.
@@ -139,12 +141,17 @@ class Recording:
     intact: bool = True
     _counter: Iterator[int] = dataclasses.field(default_factory=itertools.count, repr=False)
 
-    def lineage(self, result: Any, arguments: Sequence[Any] = ()) -> Lineage:
+    def lineage(
+        self, result: Any, arguments: Sequence[Any] = (), *, earlier: Sequence[Any] = ()
+    ) -> Lineage:
         """The programs and copies ``result`` depends on.
 
         Args:
           result: what the call returned: an array, or a pytree of them.
           arguments: the call's arguments; arrays among them are where a lineage starts.
+          earlier: arrays that existed before the call (``jax.live_arrays()``): a
+            lineage may start there too (a constant of the solution's file), and
+            they count neither as arguments nor as :attr:`Lineage.unknown`.
 
         Returns:
           A :class:`Lineage`.
@@ -166,6 +173,7 @@ class Recording:
             for output in event.outputs:
                 makers[id(output)] = event
         given = {id(leaf) for leaf in jax.tree.leaves(arguments)}
+        existed = {id(array) for array in earlier} - given
         leaves = [leaf for leaf in jax.tree.leaves(result) if isinstance(leaf, jax.Array)]
         made_by = tuple(makers.get(id(leaf)) for leaf in leaves)
         pending: list[int] = [id(leaf) for leaf in leaves]
@@ -179,7 +187,7 @@ class Recording:
             seen.add(key)
             maker = makers.get(key)
             if maker is None:
-                unknown += key not in given
+                unknown += key not in given and key not in existed
                 reached += key in given
                 continue
             found[maker.order] = maker
