@@ -286,7 +286,7 @@ def test_collecting_every_block_then_attending_is_over_the_held_budget(device_co
     assert small[0] == "pass"  # k and v of 512 bytes: no limit on what is held
     status, message = big
     assert status == "budget", message
-    assert "in its arguments, outputs and temporaries" in message
+    assert "its arguments, outputs and temporaries" in message
     assert "where this problem allows 327,679" in message
 
 

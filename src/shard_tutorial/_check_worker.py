@@ -385,6 +385,7 @@ def answer(
     # answer may be made from them. Held until the lineage is read, so no id is reused.
     earlier = jax.live_arrays()
     with recorder() as recording:
+        recording.earlier = frozenset(id(array) for array in earlier)
         began = time.perf_counter()
         try:
             received = jax.block_until_ready(solution(*args))
@@ -467,6 +468,7 @@ def describe_lineage(
                 "live": sorted(run.primitives if run.live is None else run.live),
                 "files": sorted(run.files),
                 "memory": dict(run.memory),
+                "held_before": run.held_before,
                 "text": communication_lines(run.text)[:TEXT_LIMIT],
             }
         )

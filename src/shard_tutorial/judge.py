@@ -387,12 +387,22 @@ def _judge_budget(
                 f"{float(limits['peak']):,.0f}: {budget.why}"
             )
     if "held" in limits:
-        held = max((_buffers(p.get("memory", {})) for p in programs), default=0)
+        # What a device held while each program ran: the program's own buffers, and what
+        # the call's earlier programs made and the code still kept (eager code fetching
+        # every block in programs of their own holds them all, each program small).
+        held, kept = max(
+            ((_buffers(p.get("memory", {})) + int(p.get("held_before", 0)),
+              int(p.get("held_before", 0))) for p in programs),
+            default=(0, 0),
+        )  # fmt: skip
         if held > float(limits["held"]):
+            besides = (
+                f", {kept:,} of them in arrays the call made earlier and still kept" if kept else ""
+            )
             return "budget", (
-                f"right values, but one device's program holds {held:,} bytes in its "
-                "arguments, outputs and temporaries (XLA's memory analysis of the compiled "
-                f"program), where this problem allows {float(limits['held']):,.0f}: {budget.why}"
+                f"right values, but one device holds {held:,} bytes while a program runs "
+                f"(its arguments, outputs and temporaries, from XLA's memory analysis{besides}), "
+                f"where this problem allows {float(limits['held']):,.0f}: {budget.why}"
             )
     return None
 

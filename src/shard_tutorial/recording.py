@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import math
 import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -65,6 +66,10 @@ class Run:
         when the program could not be read so, and every primitive counts.
       live_inputs: for each input, whether an output depends on it; None when the
         program could not be read so, and every input counts.
+      held_before: the bytes one device held, when the program started, in arrays
+        the recorded call had made earlier and still kept, other than the
+        program's own inputs (see :meth:`Recording.held_besides`): with
+        :attr:`memory`, what the device held while it ran.
     """
 
     order: int
@@ -78,6 +83,7 @@ class Run:
     memory: dict[str, int] = dataclasses.field(default_factory=dict)
     live: frozenset[str] | None = None
     live_inputs: tuple[bool, ...] | None = None
+    held_before: int = 0
 
 
 @dataclasses.dataclass
@@ -134,12 +140,49 @@ class Recording:
       runs: every program, in the order it ran.
       copies: every ``jax.device_put``, in order.
       intact: False if something replaced the recorder's hooks in JAX during the call.
+      earlier: the ``id`` of each array alive when the recording started (see
+        :meth:`held_besides`); empty: not known, and nothing is counted.
     """
 
     runs: list[Run] = dataclasses.field(default_factory=list)
     copies: list[Copy] = dataclasses.field(default_factory=list)
     intact: bool = True
+    earlier: frozenset[int] = frozenset()
     _counter: Iterator[int] = dataclasses.field(default_factory=itertools.count, repr=False)
+
+    def held_besides(self, inputs: Sequence[Any]) -> int:
+        """The most bytes one device holds in arrays made during the recording, but ``inputs``.
+
+        An array counts on each device that holds a block of it (its shard's bytes).
+        This is what code between programs keeps alive: eager code that fetches
+        every block of an array in programs of its own, each small, holds them all
+        here. Nothing is counted when :attr:`earlier` is empty (not known).
+
+        Examples:
+          >>> import jax, jax.numpy as jnp
+          >>> from shard_tutorial.recording import record
+          >>> with record() as recording:
+          ...     recording.earlier = frozenset(id(a) for a in jax.live_arrays())
+          ...     kept = jnp.ones(256)  # 1,024 bytes the call keeps
+          ...     recording.held_besides(())
+          1024
+        """
+        if not self.earlier:
+            return 0
+        skip = self.earlier | {id(a) for a in inputs}
+        per_device: dict[Any, int] = {}
+        for array in jax.live_arrays():
+            if id(array) in skip or array.is_deleted():
+                continue
+            try:
+                sharding = array.sharding
+                block = math.prod(sharding.shard_shape(array.shape)) * array.dtype.itemsize
+                devices = sharding.device_set
+            except Exception:  # noqa: BLE001, S112 (an array JAX cannot describe: not counted)
+                continue
+            for device in devices:
+                per_device[device] = per_device.get(device, 0) + block
+        return max(per_device.values(), default=0)
 
     def lineage(
         self, result: Any, arguments: Sequence[Any] = (), *, earlier: Sequence[Any] = ()
@@ -324,8 +367,10 @@ class _Hooks:
         ] = {}
 
         def run_and_record(*args: Any, jaxpr: Any, **params: Any) -> Any:
-            result = hooks.call_impl(*args, jaxpr=jaxpr, **params)
             recording = _current()
+            # What the call's earlier programs left alive, besides this one's inputs.
+            others = 0 if recording is None else recording.held_besides(args)
+            result = hooks.call_impl(*args, jaxpr=jaxpr, **params)
             if recording is not None:
                 out_flat, compiled = result[0], result[1]
                 known = hooks.programs.get(id(compiled))
@@ -354,6 +399,7 @@ class _Hooks:
                             memory,
                             None if flowing is None else flowing.primitives,
                             None if flowing is None else flowing.inputs,
+                            others,
                         )
                     )
             return result
@@ -386,11 +432,53 @@ class _Hooks:
                 return None
             return fast_path_data(*args, **kwargs)
 
+        # An array put together from host data (make_array_from_callback: each device's
+        # block read from the host) or from arrays on single devices is a copy too,
+        # made in jax._src.array and exported as jax's own attributes: both are hooked.
+        from jax._src import array as array_module  # noqa: PLC0415 (JAX's internals)
+
+        self.arrays = array_module
+        self.from_callback = array_module.make_array_from_callback
+        self.from_blocks = array_module.make_array_from_single_device_arrays
+
+        def from_callback_and_record(*args: Any, **kwargs: Any) -> Any:
+            made = hooks.from_callback(*args, **kwargs)
+            recording = _current()
+            if recording is not None:
+                # Its values as the host gave them: where it has every block, all of them.
+                host = np.asarray(made) if made.is_fully_addressable else np.empty(0)
+                with _LOCK:
+                    recording.copies.append(
+                        Copy(next(recording._counter), (None,), (host,), (made,))
+                    )
+            return made
+
+        def from_blocks_and_record(shape: Any, sharding: Any, arrays: Any, **kwargs: Any) -> Any:
+            arrays = list(arrays)
+            made = hooks.from_blocks(shape, sharding, arrays, **kwargs)
+            recording = _current()
+            if recording is not None:
+                with _LOCK:
+                    recording.copies.append(
+                        Copy(
+                            next(recording._counter),
+                            tuple(id(a) for a in arrays),
+                            (None,) * len(arrays),
+                            (made,),
+                        )
+                    )
+            return made
+
         self.run_and_record, self.put_and_record = run_and_record, put_and_record
+        self.from_callback_and_record = from_callback_and_record
+        self.from_blocks_and_record = from_blocks_and_record
         self.no_fast_path = no_fast_path
         pjit._pjit_call_impl_python = run_and_record
         pjit._get_fastpath_data = no_fast_path
         dispatch._batched_device_put_impl = put_and_record
+        for module in (array_module, jax):
+            module.make_array_from_callback = from_callback_and_record  # type: ignore[attr-defined]
+            module.make_array_from_single_device_arrays = from_blocks_and_record  # type: ignore[attr-defined]
 
     def leave_fast_path(self) -> None:
         """Take every program off JAX's C++ fast path, so its next call comes back here.
@@ -418,4 +506,9 @@ class _Hooks:
             self.pjit._pjit_call_impl_python is self.run_and_record
             and self.pjit._get_fastpath_data is self.no_fast_path
             and self.dispatch._batched_device_put_impl is self.put_and_record
+            and all(
+                module.make_array_from_callback is self.from_callback_and_record
+                and module.make_array_from_single_device_arrays is self.from_blocks_and_record
+                for module in (self.arrays, jax)
+            )
         )
