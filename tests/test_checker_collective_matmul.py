@@ -360,3 +360,34 @@ def test_the_budget_is_one_block_on_each_of_n_minus_1_hops(name, device_count):
         itemsize = np.result_type(first.dtype, second.dtype).itemsize if name == RS else 4
         limit = problem.budget.limits(args)["sent"]
         assert limit == (n - 1) * (rows // n) * width * itemsize, case.label
+
+
+def _collect_every_block_then_multiply(x, w):
+    """n - 1 ppermutes that gather x block by block, then one matmul: the bytes of the ring."""
+    mesh = axis_mesh("model", math.gcd(x.shape[0], w.shape[1]))
+
+    def body(x_block, w_columns):
+        n, me = jax.lax.axis_size("model"), jax.lax.axis_index("model")
+        blocks, block = [x_block], x_block
+        for _ in range(n - 1):
+            block = jax.lax.ppermute(block, "model", [(j, (j - 1) % n) for j in range(n)])
+            blocks.append(block)  # block me + i arrives at step i
+        whole = jnp.stack(blocks)[(jnp.arange(n) - me) % n].reshape(-1, x_block.shape[1])
+        return whole @ w_columns
+
+    specs = (P("model", None), P(None, "model"))
+    return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=specs, out_specs=P(None, "model")))(
+        x, w
+    )
+
+
+def test_collecting_every_block_before_multiplying_is_over_the_held_budget(device_count):
+    problem = PROBLEMS[AG]
+    (big,) = [c for c in problem.cases if c.label.startswith("S=256")]
+    status, message = judged(problem, _collect_every_block_then_multiply, big)
+    if device_count == 1:  # one device holds x whole by the contract: nothing to judge
+        assert status == "pass", message
+        return
+    assert status == "budget", message
+    assert "collecting every block before multiplying holds all of x" in message
+    assert judged(problem, _collect_every_block_then_multiply, problem.cases[2])[0] == "pass"

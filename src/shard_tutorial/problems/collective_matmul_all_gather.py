@@ -46,8 +46,10 @@ def collective_matmul_all_gather(x: jax.Array, w: jax.Array) -> jax.Array:
     the block of rows it holds by its columns of ``w`` and passes the block on
     round the ring, ``n - 1`` collective-permutes of one block of ``x`` on a mesh
     of ``n`` devices and no all-gather. That is the checker's budget too: each
-    device may send ``n - 1`` blocks of ``S / n`` rows of ``x``, read from the
-    compiled program.
+    device may send ``n - 1`` blocks of ``S / n`` rows of ``x``, and, where ``x``
+    comes to 64 KiB or more, must hold less than its own blocks and the whole of
+    ``x`` (collecting every block, then one matmul, holds that much), read from
+    the compiled programs.
 
     On one device (a gcd of 1) the ring has no step: a loop of ``n - 1`` hops
     runs no ``ppermute``, and the checker asks for ``jax.shard_map`` alone.
@@ -257,6 +259,7 @@ def _cases() -> list[Case]:
             ),
         ),
         case("S=64, D=32, F=48: 8 devices", 64, 32, 48),
+        case("S=256, D=128, F=64: x of 128 KiB, never whole on a device", 256, 128, 64),
     ]
 
 
@@ -303,14 +306,27 @@ def _limits(args: tuple[Any, ...]) -> dict[str, float]:
     """
     x, w = args
     n = usable_device_count(math.gcd(np.shape(x)[0], np.shape(w)[1]), jax.device_count())
-    rows, d = np.shape(x)
-    return {"sent": (n - 1) * (rows // n) * d * np.dtype(x.dtype).itemsize}
+    (rows, d), columns = np.shape(x), np.shape(w)[1]
+    limits: dict[str, float] = {"sent": (n - 1) * (rows // n) * d * np.dtype(x.dtype).itemsize}
+    whole = rows * d * np.dtype(x.dtype).itemsize
+    if n > 1 and whole >= HELD_FROM:
+        out = rows * (columns // n) * jnp.result_type(x.dtype, w.dtype).itemsize
+        own = whole // n + d * (columns // n) * np.dtype(w.dtype).itemsize + out
+        limits["held"] = own + whole - 1  # its blocks of x, w and the result; all of x
+    return limits
+
+
+HELD_FROM = 64 * 1024
+"""The size of ``x`` from which the budget limits what a device holds (bytes): below it,
+XLA's own buffers outweigh the blocks (as for ring attention)."""
 
 
 BUDGET = Budget(
     _limits,
     "the ring passes each device's block of x on n - 1 times, one block of S / n rows "
-    "each time; sending w, the products, or x more than once round the ring sends more",
+    "each time, and multiplies each block as it arrives; sending w, the products, or x "
+    "more than once round the ring sends more, and collecting every block before "
+    "multiplying holds all of x",
 )
 """What a solution may send per device: ``n - 1`` blocks of ``x``."""
 

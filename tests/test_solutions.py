@@ -1,0 +1,95 @@
+"""The corpus of answers: every right one passes, every wrong one gets its verdict.
+
+``tests/solutions/<problem>/`` holds answers written from the problem's statement
+alone, in the styles readers write them (jitted and eager; ``lax.scan``,
+``fori_loop`` and Python loops; rings of ``n - 1`` hops; constants closed over or
+passed in; ``check_vma=False``): ``right_*.py`` must pass every case the check runs,
+at this suite's device count (1 and 8) and on both stacks, and ``wrong_*.py`` must get
+the verdict its ``VERDICT`` names, with ``PHRASE`` in its message, at each device
+count its ``DEVICES`` lists, as Codeforces' Polygon runs every solution of a problem,
+tagged with its expected verdict, before the problem is published.
+
+They are judged in this process (:func:`judging.check_here`): the worker's step and
+the judge, without the process isolation the checker's own tests cover; the command
+line and ``--processes 2`` run one right answer per problem
+(``tests/distributed/test_solutions_across_processes.py`` and
+:func:`test_one_right_answer_per_problem_passes_the_command_line`).
+"""
+
+from __future__ import annotations
+
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import pytest
+from judging import check_here
+
+from shard_tutorial.problems import PROBLEMS
+
+SOLUTIONS = Path(__file__).parent / "solutions"
+VERDICTS = {"fail", "error", "technique", "placement", "reference", "budget", "timeout"}
+ONCE = pytest.mark.once
+SUBPROCESSES = pytest.mark.subprocesses
+
+
+def _files(kind: str) -> list[Path]:
+    return sorted(SOLUTIONS.glob(f"*/{kind}_*.py"))
+
+
+def _id(path: Path) -> str:
+    return f"{path.parent.name}/{path.stem}"
+
+
+def test_every_problem_has_four_right_answers_and_two_wrong_ones():
+    for name in PROBLEMS:
+        folder = SOLUTIONS / name
+        rights = list(folder.glob("right_*.py"))
+        wrongs = list(folder.glob("wrong_*.py"))
+        assert len(rights) >= 4, f"{name}: {len(rights)} right answers"
+        assert len(wrongs) >= 2, f"{name}: {len(wrongs)} wrong answers"
+
+
+@pytest.mark.parametrize("path", _files("right"), ids=_id)
+def test_a_right_answer_passes_every_case(path):
+    # The statement's cases and three random ones (a fixed seed: the same on every run).
+    report = check_here(path.parent.name, path, seed=0, few=False)
+    assert report.passed, str(report)
+
+
+@pytest.mark.parametrize("path", _files("wrong"), ids=_id)
+def test_a_wrong_answer_gets_its_verdict(path):
+    spec = runpy.run_path(str(path), run_name="expectations")
+    verdict, phrase = spec["VERDICT"], spec["PHRASE"]
+    devices = tuple(spec.get("DEVICES", (1, 8)))
+    assert verdict in VERDICTS, f"{path}: VERDICT {verdict!r}"
+    report = check_here(path.parent.name, path, seed=0, few=False)
+    (run,) = report.runs
+    if jax.device_count() not in devices:
+        return  # a mistake that does not show at this device count: nothing to assert
+    got = [r for r in run.results if r.status == verdict and phrase.lower() in r.message.lower()]
+    assert got, f"expected {verdict} with {phrase!r}:\n{report}"
+
+
+def _one_right_per_problem() -> list[Path]:
+    chosen = []
+    for name in sorted(PROBLEMS):
+        rights = sorted((SOLUTIONS / name).glob("right_*.py"))
+        if rights:
+            chosen.append(rights[0])
+    return chosen
+
+
+@ONCE
+@SUBPROCESSES
+@pytest.mark.parametrize("path", _one_right_per_problem(), ids=_id)
+def test_one_right_answer_per_problem_passes_the_command_line(path):
+    run = subprocess.run(
+        [sys.executable, "-m", "shard_tutorial", "check", path.parent.name, str(path),
+         "--seed", "0"],
+        capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "PASSED: every case on 1 and 8 devices" in run.stdout
