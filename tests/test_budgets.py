@@ -76,23 +76,32 @@ def test_psum_scatter_may_send_exactly_one_reduce_scatter_of_the_sums():
         assert limit == (n - 1) * (x.shape[1] // n) * x.dtype.itemsize, case.label
 
 
-def test_fsdp_must_hold_less_than_the_data_parallel_step(pasted):
+def _held(solution, args):
+    """The most one device holds while a program of the call runs (as the judge reads it)."""
+    event, _ = answer(solution, args)
+    return max(
+        sum(int(p["memory"].get(k, 0)) for k in ("argument", "output", "temp"))
+        - int(p["memory"].get("alias", 0))
+        + int(p.get("held_before", 0))
+        for p in event["how"]["programs"]
+    )
+
+
+def test_fsdp_holds_what_its_statement_allows_and_not_the_whole_batch(pasted):
     problem = PROBLEMS["fsdp_sgd_step"]
     judged_cases = 0
     for case in problem.cases:
         args = problem.arranged(case)
         limits = problem.budget.limits(args)
-        if math.prod(problem.mesh_shape(case, jax.device_count())) == 1:
-            assert limits == {}  # one device: FSDP and data parallelism are one program
+        x = np.asarray(case.args[2])
+        if math.prod(problem.mesh_shape(case, jax.device_count())) == 1 or x.nbytes < 16_384:
+            assert limits == {}  # one device, or XLA's own buffers outweigh the blocks
             continue
-        _, peak = _measured(pasted[problem.name], args)
-        w = np.asarray(case.args[0])
-        # The data-parallel step holds w whole at least twice (in, out); FSDP's own
-        # peak is below its limit by at least the share of w it does not keep.
-        assert limits["peak"] >= 2 * w.nbytes, case.label
-        assert 0 < peak <= limits["peak"], case.label
+        held = _held(pasted[problem.name], args)
+        assert 0 < held <= limits["held"], (case.label, held, limits)
+        assert x.nbytes + held > limits["held"], case.label  # gathering x cannot fit
         judged_cases += 1
-    assert judged_cases >= (4 if jax.device_count() == 8 else 0)
+    assert judged_cases >= (1 if jax.device_count() == 8 else 0)
 
 
 LOOPED_PSUM_SCATTER = """

@@ -482,7 +482,7 @@ SHORTCUTS = [
     ("data_parallel_sgd_step", dp_identity_shard_map_around_one_device, "placement", "computed on 1 device", None),
     ("data_parallel_sgd_step", dp_jit_automatic, "technique", "automatic partitioning", "technique"),
     ("fsdp_sgd_step", fsdp_as_data_parallel, "technique", "all-gather", "pass"),
-    ("fsdp_sgd_step", fsdp_gathering_the_batch, "budget", "at its peak", None),
+    ("fsdp_sgd_step", fsdp_gathering_the_batch, "budget", "gathering the batch", None),
     ("tensor_parallel_mlp", tp_gathered_weights, "technique", "all-reduce", "pass"),
     ("tensor_parallel_mlp", tp_one_by_one_mesh, "placement", "1 device", "pass"),
 ]  # fmt: skip

@@ -55,9 +55,12 @@ def fsdp_sgd_step(
     ``jax.shard_map``: ``w`` stays split over ``"data"`` between steps, is
     gathered inside the step (an all-gather), and its gradient is
     reduce-scattered, so each device keeps the block of the new ``w`` it holds;
-    ``w``'s gradient is never all-reduced whole. On a mesh of several devices,
-    each must hold less at its peak than the data-parallel step on the same
-    mesh does (the checker's budget, read from XLA's memory analysis of the
+    ``w``'s gradient is never all-reduced whole. On a mesh of several devices a
+    device may hold, while the step runs, its blocks of ``x``, ``y`` and ``w``
+    and the whole ``b`` (twice: a copy is allowed), ``w`` whole twice (gathered,
+    and its gradient before the reduce-scatter) and its rows' residuals twice,
+    and 4 KiB besides; where ``x`` comes to 16 KiB or more, the batch is never
+    gathered (the checker's budget, read from XLA's memory analysis of the
     compiled programs).
 
     Args:
@@ -277,59 +280,51 @@ TECHNIQUE = Technique(
 
 
 def _limits(args: tuple[Any, ...]) -> dict[str, float]:
-    """Less than the data-parallel step's peak per device, on the same mesh, same shapes.
+    """What the statement lets a device hold while a program of the step runs.
 
-    The data-parallel step (:func:`~shard_tutorial.data_parallel_sgd_step`'s
-    program, on this case's mesh: the batch split alike, ``w`` whole on every
-    device) is compiled here from the arguments' shapes alone, and XLA's memory
-    analysis of it gives its peak: FSDP exists to hold less than that. On one
-    device the two are the same program, and nothing is asked.
+    Its own blocks of ``x``, ``y`` and ``w`` and the whole ``b``, twice (in and out,
+    or a copy: a reshard of an argument is no mistake); ``w`` whole twice (the
+    gathered weights, and the gradient before it is reduce-scattered); the
+    residuals ``x @ w + b - y`` of its rows twice (and their gradient); and 4 KiB
+    for scalars and XLA's small buffers. What the statement keeps split, the
+    batch above all, must never be whole on a device: gathering ``x`` holds
+    ``B x d_in`` more. Asked only where ``x`` comes to :data:`HELD_FROM` bytes or
+    more (below, XLA's own buffers outweigh the blocks), and on several devices.
+
+    Examples:
+      >>> import jax, numpy as np
+      >>> from shard_tutorial.problems.fsdp_sgd_step import _limits
+      >>> args = (np.ones((64, 4), np.float32), np.ones(4, np.float32),
+      ...         np.ones((256, 64), np.float32), np.ones((256, 4), np.float32), 0.1)
+      >>> jax.device_count() == 1 or _limits(args)["held"] == (
+      ...     2 * (32 * 64 * 4 + 32 * 4 * 4 + 8 * 4 * 4 + 16) + 2 * 1024 + 2 * 512 + 4096
+      ... )
+      True
     """
-    if _shared_devices(args, jax.device_count()) <= 1:
+    n = _shared_devices(args, jax.device_count())
+    w, b, x, y, _ = args
+    (batch, d_in), d_out = np.shape(x), np.shape(w)[1]
+    item = max(np.dtype(a.dtype).itemsize for a in (w, b, x, y))
+    if n <= 1 or batch * d_in * item < HELD_FROM:
         return {}
-    w, b, x, y, lr = args
-    peak = _data_parallel_peak(
-        *((np.shape(a), np.dtype(a.dtype)) for a in (w, b, x, y)),
-        jax.ShapeDtypeStruct(np.shape(lr), jnp.result_type(lr), weak_type=not hasattr(lr, "dtype")),
-    )
-    return {"peak": peak - 1} if peak > 0 else {}
+    blocks = (batch // n) * (d_in + d_out) * item + (d_in // n) * d_out * item + d_out * item
+    whole_w = d_in * d_out * item
+    residuals = (batch // n) * d_out * item
+    return {"held": 2 * blocks + 2 * whole_w + 2 * residuals + 4096}
 
 
-@functools.cache
-def _data_parallel_peak(
-    w: tuple[tuple[int, ...], np.dtype],
-    b: tuple[tuple[int, ...], np.dtype],
-    x: tuple[tuple[int, ...], np.dtype],
-    y: tuple[tuple[int, ...], np.dtype],
-    lr: jax.ShapeDtypeStruct,
-) -> int:
-    """The data-parallel step's peak bytes per device for these (shape, dtype) pairs.
-
-    Kept for each shape (a check's cases and a test's repeated checks share it):
-    only the shapes, not the values, decide the program.
-    """
-    from shard_tutorial.problems import data_parallel_sgd_step as dp  # noqa: PLC0415 (a sibling)
-
-    mesh = data_mesh(math.gcd(x[0][0], w[0][0]))
-
-    def shaped(array: tuple[tuple[int, ...], np.dtype], spec: P) -> jax.ShapeDtypeStruct:
-        return jax.ShapeDtypeStruct(array[0], array[1], sharding=NamedSharding(mesh, spec))
-
-    whole, rows = P(), P("data")  # data parallelism: w and b whole on every device
-    program = dp._sgd_step(mesh).lower(
-        shaped(w, whole), shaped(b, whole), shaped(x, rows), shaped(y, rows), lr
-    )
-    memory = program.compile().memory_analysis()  # None where a backend cannot say
-    return int(getattr(memory, "peak_memory_in_bytes", 0) or 0)
+HELD_FROM = 16 * 1024
+"""The size of ``x`` from which the budget limits what a device holds (bytes)."""
 
 
 BUDGET = Budget(
     _limits,
-    "FSDP exists to hold less per device than data parallelism, whose devices each keep "
-    "all of w: keep w split between steps, let only the step's gather see it whole, and "
-    "gather nothing else",
+    "FSDP keeps the batch and w split over the devices: a device may hold its own "
+    "blocks (twice), the gathered w and its gradient before the reduce-scatter, and "
+    "its rows' residuals; gathering the batch, or keeping more whole copies of w, "
+    "holds more",
 )
-"""What a solution may hold per device: less than the data-parallel step does."""
+"""What a solution may hold per device, from the statement's words."""
 
 
 PROBLEM = Problem(
