@@ -572,9 +572,9 @@ def test_a_check_leaves_no_file_behind(tmp_path):
 def test_an_exception_whose_str_raises_is_an_error_not_a_crash():
     class Unprintable(Exception):
         def __str__(self):
-            raise RuntimeError("no text")
+            raise RuntimeError
 
-    def shard_map_psum(x):
+    def shard_map_psum(_x):
         raise Unprintable
 
     problem = get_problem("shard_map_psum")

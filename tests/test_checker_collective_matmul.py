@@ -376,9 +376,7 @@ def _collect_every_block_then_multiply(x, w):
         return whole @ w_columns
 
     specs = (P("model", None), P(None, "model"))
-    return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=specs, out_specs=P(None, "model")))(
-        x, w
-    )
+    return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=specs, out_specs=P(None, "model")))(x, w)
 
 
 def test_collecting_every_block_before_multiplying_is_over_the_held_budget(device_count):

@@ -137,9 +137,7 @@ def test_no_psum_leaves_zeros_on_the_first_stage(tmp_path, device_count):
     assert "Every output is 0" in text
 
 
-def test_gathering_w_and_computing_every_layer_everywhere_is_not_pipelining(
-    tmp_path, device_count
-):
+def test_gathering_w_and_computing_every_layer_everywhere_is_not_pipelining(tmp_path, device_count):
     whole = "layers(x, jax.lax.all_gather(w_block, 'stage', tiled=True))"
     # No activation passed; all_gather's result varies over "stage" for JAX's type check.
     report, text = _check(tmp_path, SEND="h", FINISH=whole, CHECK="check_vma=False")

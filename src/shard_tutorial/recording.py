@@ -27,6 +27,7 @@ import dataclasses
 import itertools
 import math
 import re
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -141,13 +142,13 @@ class Recording:
       copies: every ``jax.device_put``, in order.
       intact: False if something replaced the recorder's hooks in JAX during the call.
       earlier: the ``id`` of each array alive when the recording started (see
-        :meth:`held_besides`); empty: not known, and nothing is counted.
+        :meth:`held_besides`); None: not known, and nothing is counted.
     """
 
     runs: list[Run] = dataclasses.field(default_factory=list)
     copies: list[Copy] = dataclasses.field(default_factory=list)
     intact: bool = True
-    earlier: frozenset[int] = frozenset()
+    earlier: frozenset[int] | None = None
     _counter: Iterator[int] = dataclasses.field(default_factory=itertools.count, repr=False)
 
     def held_besides(self, inputs: Sequence[Any]) -> int:
@@ -156,7 +157,7 @@ class Recording:
         An array counts on each device that holds a block of it (its shard's bytes).
         This is what code between programs keeps alive: eager code that fetches
         every block of an array in programs of its own, each small, holds them all
-        here. Nothing is counted when :attr:`earlier` is empty (not known).
+        here. Nothing is counted when :attr:`earlier` is None (not known).
 
         Examples:
           >>> import jax, jax.numpy as jnp
@@ -167,12 +168,24 @@ class Recording:
           ...     recording.held_besides(())
           1024
         """
-        if not self.earlier:
+        if self.earlier is None:
             return 0
         skip = self.earlier | {id(a) for a in inputs}
+        # The recording holds every event's outputs (to compare their values with the
+        # answer later): an array only it holds is not one the code kept.
+        recorded: dict[int, int] = {}
+        for event in [*self.runs, *self.copies]:
+            for output in event.outputs:
+                recorded[id(output)] = recorded.get(id(output), 0) + 1
+        # What counts an object held by nobody else in a loop like the one below (the
+        # list, the loop's name, getrefcount's own argument: a count that differs
+        # between Python versions), measured on an object nobody else holds.
+        base = next(sys.getrefcount(probe) for probe in [object()])
         per_device: dict[Any, int] = {}
         for array in jax.live_arrays():
             if id(array) in skip or array.is_deleted():
+                continue
+            if sys.getrefcount(array) <= base + recorded.get(id(array), 0):
                 continue
             try:
                 sharding = array.sharding
