@@ -74,6 +74,15 @@ __all__ = [
 # recorder's hook as its innermost "user" frame.
 _OWN_FILES = ("shard_tutorial/recording.py", "shard_tutorial/explain.py")
 _DIMENSIONS = re.compile(r"\bdimensions=\{(\d+)\}")
+# JAX's collective primitives, as the last part of an op_name: what a collective the
+# code asked for is named after, inside shard_map or where a mesh of one device
+# leaves no shard_map in the name (XLA names what it inserts after the operation
+# that needed it: dot_general, reduce_sum, reshard, or an argument).
+_ASKED = re.compile(
+    r"(^|/)(psum|psum_invariant|pmean|pmax|pmin|all_gather|all_gather_invariant|"
+    r"reduce_scatter|psum_scatter|ppermute|pshuffle|all_to_all|ragged_all_to_all|"
+    r"pbroadcast)$"
+)
 _NAMED_AXES = re.compile(r"mesh\[(?P<mesh>[^\]]*)\]\s*\{(?P<axes>[^}]*)\}")
 
 
@@ -103,6 +112,8 @@ class Communication:
       after: how it is laid out after it.
       program: the compiled program's name, e.g. ``"jit_layer"``.
       name: the collective's name in that program, e.g. ``"%all-gather.1"``.
+      op_name: where in the traced program it came from, as XLA kept it
+        (``"jit(f)/shard_map/transpose(jvp())/reduce_scatter"``).
     """
 
     kind: str
@@ -119,6 +130,7 @@ class Communication:
     after: str = ""
     program: str = ""
     name: str = ""
+    op_name: str = ""
 
     @property
     def sent(self) -> float:
@@ -334,7 +346,8 @@ def program_communication(
         producers, consumers, _ = compiled.neighbours(operations, collective.name)
         own = _reader(collective.stack)
         used = [o for o in consumers if _reader(o.stack)]
-        if collective.explicit or not (used or own):
+        asked = collective.explicit or bool(_ASKED.search(collective.op_name))
+        if asked or not (used or own):
             line_stack = collective.stack or next((o.stack for o in producers if o.stack), ())
         else:
             line_stack = used[0].stack if used else collective.stack
@@ -348,15 +361,16 @@ def program_communication(
                 over=_over(collective, devices),
                 sent_per_run=compiled.ring_bytes(collective, devices) if size > 1 else 0.0,
                 runs=runs,
-                asked=collective.explicit,
+                asked=asked,
                 line=line,
                 code=_code(line),
                 stack=_from(line_stack, line),
-                because="" if collective.explicit else _because(used, consumers, producers, line, arguments or {}),
+                because="" if asked else _because(used, consumers, producers, line, arguments or {}),
                 before=_before(collective, operand, size),
                 after=_after(collective, size),
                 program=name[1] if name else "",
                 name=collective.name,
+                op_name=collective.op_name,
             )
         )
     return found
@@ -562,6 +576,8 @@ def _operand_type(collective: compiled.Collective, operations: dict[str, compile
 def _before(collective: compiled.Collective, operand: str, size: int) -> str:
     dimension = _DIMENSIONS.search(collective.attributes)
     what = operand or "its operand"
+    if size == 1:
+        return f"{what} on one device"
     if collective.kind == "all-gather" and dimension:
         return f"{what}, dim {dimension[1]} split {size} ways"
     if collective.kind in ("all-reduce", "reduce-scatter"):
@@ -575,6 +591,8 @@ def _before(collective: compiled.Collective, operand: str, size: int) -> str:
 
 def _after(collective: compiled.Collective, size: int) -> str:
     dimension = _DIMENSIONS.search(collective.attributes)
+    if size == 1:
+        return f"{collective.result}, the same: nothing moves"
     if collective.kind == "all-gather" and dimension:
         return f"{collective.result}, dim {dimension[1]} whole"
     if collective.kind == "all-reduce":
@@ -637,7 +655,9 @@ def _place(c: Communication) -> str:
 
 def _origin(c: Communication) -> str:
     if c.asked:
-        return f"asked for by the code ({_short(c.line.function) if c.line else '?'}): {c.before} -> {c.after}"
+        how = "jax.grad's transpose of the collective" if "transpose(" in c.op_name else "asked"
+        where = f" in {c.line.function}" if c.line and c.line.function else ""
+        return f"{how}{where}: {c.before} -> {c.after}"
     return f"inserted by XLA: {c.because}: {c.before} -> {c.after}"
 
 
@@ -673,17 +693,17 @@ def _leaves(name: str, value: Any) -> list[tuple[str, Any]]:
 
 def _placements(leaves: list[tuple[str, Any]]) -> Iterator[Placement]:
     for name, leaf in leaves:
+        if not hasattr(leaf, "dtype"):  # a Python number, or other host data
+            yield Placement(name, type(leaf).__name__, "", f"Python {type(leaf).__name__}")
+            continue
         shape = tuple(np.shape(leaf))
-        dtype = getattr(leaf, "dtype", None) or np.asarray(leaf).dtype
-        whole = _type(dtype, shape)
+        whole = _type(leaf.dtype, shape)
         if isinstance(leaf, jax.Array):
             sharding = leaf.sharding
-            block = _type(dtype, tuple(sharding.shard_shape(shape)))
+            block = _type(leaf.dtype, tuple(sharding.shard_shape(shape)))
             yield Placement(name, whole, block, _sharding(sharding))
-        elif isinstance(leaf, np.ndarray | np.generic):
-            yield Placement(name, whole, whole, "host (NumPy): sent to the devices by the call")
         else:
-            yield Placement(name, whole, whole, f"Python {type(leaf).__name__}")
+            yield Placement(name, whole, whole, "host (NumPy): sent to the devices by the call")
 
 
 def _type(dtype: Any, shape: tuple[int, ...]) -> str:
