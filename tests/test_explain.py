@@ -60,7 +60,7 @@ def sent_in(recording_runs: list) -> float:
     return sum(sent_by(run.text, run.devices)[0] for run in recording_runs)
 
 
-def explained(f, *args) -> tuple[Explanation, float]:  # noqa: ANN001
+def explained(f, *args) -> tuple[Explanation, float]:
     """explain's answer, and sent_by's total over the programs of a second recorded call."""
     found = explain(f, *args, show=False)
     with record() as recording:
@@ -82,7 +82,8 @@ def test_an_all_gather_xla_inserted_is_traced_to_the_operation_that_needed_it() 
     assert (gather.kind, gather.asked, gather.moved) == ("all-gather", False, "f32[32,8]")
     assert (gather.line.file, gather.line.line) == (str(HERE), LINES["matmul"])
     assert gather.code == "y = x @ w  # line: matmul"
-    assert "dot_general" in gather.because and "argument w" in gather.because
+    assert "dot_general" in gather.because
+    assert "argument w" in gather.because
     assert gather.sent == 7 / 8 * 32 * 8 * 4
     fixed = jax.device_put(np.ones((32, 8), np.float32), NamedSharding(mesh, P()))
     assert explain(layer, x, fixed, show=False).communications == ()
@@ -158,7 +159,8 @@ def test_the_tables_name_the_line_in_text_and_html() -> None:
     found = explain(f, jax.device_put(jnp.arange(16.0), NamedSharding(mesh, P("x"))), show=False)
     text, page = str(found), found._repr_html_()
     assert text.startswith("psum_in_scan: 1 program on")
-    assert "block" in text and "P('x') over x=" in text
+    assert "block" in text
+    assert "P('x') over x=" in text
     assert "<table>" in page
     if jax.device_count() > 1:
         assert f"test_explain.py:{LINES['psum']}" in text
@@ -204,7 +206,8 @@ def test_the_command_line_prints_the_table(
     assert printed.startswith(f"total: 1 program on {n} device"), printed
     assert f", {sent} B sent per device" in printed
     if n > 1:
-        assert "mine.py:5" in printed and "return jnp.sum(x)" in printed
+        assert "mine.py:5" in printed
+        assert "return jnp.sum(x)" in printed
     with pytest.raises(SystemExit) as stopped:
         main(["explain", str(script), "nothing", "--devices", str(n)])
     assert stopped.value.code == 2

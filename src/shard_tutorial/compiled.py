@@ -205,7 +205,7 @@ def parse_operations(program: str) -> dict[str, Operation]:
 
 
 def neighbours(
-    operations: dict[str, Operation], name: str, *, limit: int = 8
+    operations: dict[str, Operation], name: str, *, limit: int = 32
 ) -> tuple[list[Operation], list[Operation], list[Operation]]:
     r"""What feeds the operation ``name`` and what uses it, up to the nearest Python lines.
 

@@ -21,13 +21,14 @@ What the compiled program says, and what it does not:
   ``jax.shard_map``) carries the line that called it.
 - **A collective XLA inserted** (to carry out ``jax.jit``'s automatic
   partitioning, a ``reshard`` or a sharding constraint) carries whatever
-  metadata the partitioner gave it: on jax 0.10 usually the operation that
-  needed it; on jax 0.12 often the argument it moves (``op_name="w"``, no line)
-  or nothing. So its line is read from the nearest operation that *uses* what it
-  moved and has a line (the ``dot_general`` that needed ``w`` whole), else its
-  own, else the nearest operation that made what it moves. When nothing between
-  it and the program's output has a line, it is there for the output's layout,
-  and the table says so.
+  metadata the partitioner gave it: the operation that needed it (a
+  ``reshard``, a ``reduce_sum``; on jax 0.10 the ``dot_general`` too), or, on
+  jax 0.12, often only the argument it moves (``op_name="w"``, no line), or
+  nothing. So its line is its own when it has one, else that of the nearest
+  operation that *uses* what it moved and has a line (the ``dot_general`` that
+  needed ``w`` whole), else that of the nearest operation that made what it
+  moves. When nothing between it and the program's output has a line, it is
+  there for the output's layout, and the table says so.
 - **The two shardings that met.** After partitioning, XLA's text no longer says
   how each value was meant to be laid out; what it does say is what the
   collective does: an all-gather along dimension ``d`` over ``n`` devices takes
@@ -194,9 +195,7 @@ class Explanation:
         """The tables as plain text, ``width`` columns wide (what ``str()`` gives at 100)."""
         from rich.console import Console  # noqa: PLC0415 (only to draw)
 
-        console = Console(
-            file=io.StringIO(), width=width, color_system=None, force_terminal=False
-        )
+        console = Console(file=io.StringIO(), width=width, color_system=None, force_terminal=False)
         console.print(self)
         return "\n".join(line.rstrip() for line in console.file.getvalue().splitlines())  # type: ignore[attr-defined]
 
@@ -244,7 +243,9 @@ class Explanation:
                     f'<tr><td></td><td colspan="{len(_COLUMNS) - 1}">{e(_place(c))}: '
                     f"<code>{e(c.code)}</code><br><small>{e(_origin(c))}</small></td></tr>"
                 )
-            parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
+            parts.append(
+                f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+            )
         parts.append(f"<p>memory per device: {e(_memory(self.memory))}</p>")
         layout = [
             f"<tr><td>{e(role)}</td><td>{e(p.name)}</td><td>{e(p.type)}</td>"
@@ -347,17 +348,19 @@ def program_communication(
         own = _reader(collective.stack)
         used = [o for o in consumers if _reader(o.stack)]
         asked = collective.explicit or bool(_ASKED.search(collective.op_name))
-        if asked or not (used or own):
-            line_stack = collective.stack or next((o.stack for o in producers if o.stack), ())
+        if own or asked:
+            line_stack = collective.stack
+        elif used:
+            line_stack = used[0].stack
         else:
-            line_stack = used[0].stack if used else collective.stack
+            line_stack = next((o.stack for o in producers if _reader(o.stack)), ())
         line = _reader(line_stack)
         size = collective.group_size or devices
         operand = _operand_type(collective, operations)
         found.append(
             Communication(
                 kind=collective.kind,
-                moved=collective.result,
+                moved=_compact(collective.result),
                 over=_over(collective, devices),
                 sent_per_run=compiled.ring_bytes(collective, devices) if size > 1 else 0.0,
                 runs=runs,
@@ -365,7 +368,9 @@ def program_communication(
                 line=line,
                 code=_code(line),
                 stack=_from(line_stack, line),
-                because="" if asked else _because(used, consumers, producers, line, arguments or {}),
+                because=""
+                if asked
+                else _because(used, consumers, producers, line, arguments or {}),
                 before=_before(collective, operand, size),
                 after=_after(collective, size),
                 program=name[1] if name else "",
@@ -376,7 +381,9 @@ def program_communication(
     return found
 
 
-def explain(f: Callable[..., Any], *args: Any, show: bool | None = None, **kwargs: Any) -> Explanation:
+def explain(
+    f: Callable[..., Any], *args: Any, show: bool | None = None, **kwargs: Any
+) -> Explanation:
     """Run ``f(*args, **kwargs)`` and say where it communicated, what it held, how it laid out.
 
     The call runs as it would (jitted or eager: an eager call runs a program per
@@ -431,12 +438,12 @@ def explain(f: Callable[..., Any], *args: Any, show: bool | None = None, **kwarg
     texts: dict[str, int] = {}
     for run in recording.runs:
         key = texts.setdefault(run.text, len(texts))
-        for c in program_communication(run.text, run.devices, arguments=shardings):
-            before = merged.get((key, c.name))
+        for found in program_communication(run.text, run.devices, arguments=shardings):
+            before = merged.get((key, found.name))
             if before is not None:
-                runs = None if before.runs is None or c.runs is None else before.runs + c.runs
-                c = dataclasses.replace(before, runs=runs)
-            merged[(key, c.name)] = c
+                runs = None if None in (before.runs, found.runs) else before.runs + found.runs  # type: ignore[operator]
+                found = dataclasses.replace(before, runs=runs)  # noqa: PLW2901 (the sum of both)
+            merged[(key, found.name)] = found
     largest = max(
         (run.memory for run in recording.runs),
         key=lambda m: m.get("argument", 0) + m.get("output", 0) + m.get("temp", 0),
@@ -447,8 +454,8 @@ def explain(f: Callable[..., Any], *args: Any, show: bool | None = None, **kwarg
         for _, leaf in [*names, *_leaves("output", result)]
         if isinstance(leaf, jax.Array) and hasattr(leaf.sharding, "mesh")
     ]
-    for key, c in merged.items():
-        merged[key] = dataclasses.replace(c, over=_axes_named(c.over, meshes))
+    for place, each in merged.items():
+        merged[place] = dataclasses.replace(each, over=_axes_named(each.over, meshes))
     explanation = Explanation(
         function=getattr(f, "__name__", type(f).__name__),
         devices=max((run.devices for run in recording.runs), default=1),
@@ -466,7 +473,7 @@ def explain(f: Callable[..., Any], *args: Any, show: bool | None = None, **kwarg
 
 
 def explain_file(
-    path: str | Path, function: str | None = None, *, problem: str | None = None
+    path: str | Path | None, function: str | None = None, *, problem: str | None = None
 ) -> Explanation:
     """:func:`explain` a function of a Python file on the arguments its ``make_args()`` gives.
 
@@ -476,7 +483,8 @@ def explain_file(
     function is the problem's own reference.
 
     Args:
-      path: the Python file (run as a script would be, under another module name).
+      path: the Python file (run as a script would be, under another module name);
+        None with ``problem``: the problem's reference.
       function: the name of the function in it.
       problem: a problem's name (``python -m shard_tutorial list``).
 
@@ -507,7 +515,7 @@ def explain_file(
         target = namespace.get(function or "")
     if not callable(target):
         msg = f"{path} defines no function named {function!r}"
-        raise ValueError(msg)
+        raise ValueError(msg)  # noqa: TRY004 (a name the file lacks, not a wrong type)
     if isinstance(made, dict):
         return explain(target, show=False, **made)
     return explain(target, *(made if isinstance(made, tuple | list) else (made,)), show=False)
@@ -520,12 +528,18 @@ def _reader(stack: Sequence[Frame]) -> Frame | None:
     """
     mine = [f for f in stack if not f.file.replace("\\", "/").endswith(_OWN_FILES)]
     theirs = [f for f in mine if "site-packages" not in f.file]
-    return (theirs or mine or [None])[0]
+    chosen = theirs or mine
+    return chosen[0] if chosen else None
 
 
 def _from(stack: Sequence[Frame], line: Frame | None) -> tuple[Frame, ...]:
     """The stack from ``line`` outwards."""
-    return tuple(stack[list(stack).index(line) :]) if line in stack else tuple(stack)
+    frames = list(stack)
+    return (
+        tuple(frames[frames.index(line) :])
+        if line is not None and line in frames
+        else tuple(frames)
+    )
 
 
 def _code(line: Frame | None) -> str:
@@ -562,15 +576,25 @@ def _because(
             frame = _reader(producer.stack)
             where = "this line" if frame == line else str(frame)
             moves.append(f"the result of {_short(producer.op_name) or producer.opcode} at {where}")
-    return need + (f"; it moves {', '.join(moves)}" if moves else "")
+    return need + (f"; it moves {', '.join(dict.fromkeys(moves))}" if moves else "")
 
 
-def _operand_type(collective: compiled.Collective, operations: dict[str, compiled.Operation]) -> str:
+def _operand_type(
+    collective: compiled.Collective, operations: dict[str, compiled.Operation]
+) -> str:
     operation = operations.get(collective.name)
     if operation is None:
         return ""
     types = [operations[o].result for o in operation.operands if o in operations]
-    return ", ".join(types)
+    return _compact(", ".join(types))
+
+
+def _compact(types: str) -> str:
+    """``"f32[2], f32[2], f32[2]"`` -> ``"3 x f32[2]"`` (a tuple of one type, as XLA splits blocks)."""
+    parts = [t.strip() for t in types.strip("()").split(", ")]
+    if len(parts) > 1 and len(set(parts)) == 1:
+        return f"{len(parts)} x {parts[0]}"
+    return types
 
 
 def _before(collective: compiled.Collective, operand: str, size: int) -> str:
@@ -592,18 +616,20 @@ def _before(collective: compiled.Collective, operand: str, size: int) -> str:
 def _after(collective: compiled.Collective, size: int) -> str:
     dimension = _DIMENSIONS.search(collective.attributes)
     if size == 1:
-        return f"{collective.result}, the same: nothing moves"
+        return f"{_compact(collective.result)}, the same: nothing moves"
     if collective.kind == "all-gather" and dimension:
-        return f"{collective.result}, dim {dimension[1]} whole"
+        return f"{_compact(collective.result)}, dim {dimension[1]} whole"
     if collective.kind == "all-reduce":
-        return f"{collective.result}, the total, on each of {size} devices"
+        return f"{_compact(collective.result)}, the total, on each of {size} devices"
     if collective.kind == "reduce-scatter" and dimension:
-        return f"{collective.result}, the total, dim {dimension[1]} split {size} ways"
+        return f"{_compact(collective.result)}, the total, dim {dimension[1]} split {size} ways"
     if collective.kind == "all-to-all" and dimension:
-        return f"{collective.result}, split along dim {dimension[1]} instead"
+        return f"{_compact(collective.result)}, split along dim {dimension[1]} instead"
+    if collective.kind == "all-to-all":
+        return f"{_compact(collective.result)}: block i to device i"
     if collective.kind == "collective-permute":
-        return f"{collective.result} on the device it is sent to"
-    return collective.result
+        return f"{_compact(collective.result)} on the device it is sent to"
+    return _compact(collective.result)
 
 
 def _over(collective: compiled.Collective, devices: int) -> str:
@@ -710,7 +736,13 @@ def _type(dtype: Any, shape: tuple[int, ...]) -> str:
     """``f32[16,32]``: the dtype as XLA names it, and the shape."""
     dtype = np.dtype(dtype)
     short = {"f": "f", "i": "s", "u": "u", "c": "c", "b": "pred"}.get(dtype.kind, dtype.name)
-    name = "bf16" if dtype.name == "bfloat16" else "pred" if short == "pred" else f"{short}{dtype.itemsize * 8}"
+    name = (
+        "bf16"
+        if dtype.name == "bfloat16"
+        else "pred"
+        if short == "pred"
+        else f"{short}{dtype.itemsize * 8}"
+    )
     return f"{name}[{','.join(map(str, shape))}]"
 
 
@@ -736,4 +768,3 @@ def _in_notebook() -> bool:
 def _terminal_width() -> int:
     """The terminal's width in columns (100 when the output is not a terminal)."""
     return shutil.get_terminal_size((100, 24)).columns
-
