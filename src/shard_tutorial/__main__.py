@@ -52,6 +52,7 @@ import ast
 import contextlib
 import importlib
 import math
+import shutil
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -156,7 +157,88 @@ def _parser() -> argparse.ArgumentParser:
         "(default: 1, one process)",
     )
     _add_launch_command(commands)
+    _add_explain_command(commands)
     return parser
+
+
+def _add_explain_command(commands: argparse._SubParsersAction) -> None:
+    explaining = commands.add_parser(
+        "explain",
+        help="say where a function communicates: each collective, its line, its bytes",
+        description="Run FUNCTION of FILE on the arguments FILE's make_args() returns (or "
+        "on a problem's example, with --problem), and print each collective XLA compiled "
+        "for the call: its kind, the devices it spans, what it moves, the bytes each "
+        "device sends, how often it runs and the line of FILE it came from; then the "
+        "memory each device holds and how each argument and output is laid out.",
+    )
+    explaining.add_argument("file", type=Path, nargs="?", help="the .py file")
+    explaining.add_argument("function", nargs="?", help="the function's name in the file")
+    explaining.add_argument(
+        "--devices", type=_processes, default=8, metavar="N", help="CPU devices (default: 8)"
+    )
+    explaining.add_argument(
+        "--processes",
+        type=_processes,
+        default=1,
+        metavar="N",
+        help="run on a cluster of N JAX processes on this machine, sharing the devices "
+        "(default: 1)",
+    )
+    explaining.add_argument(
+        "--problem",
+        help="take the arguments from this problem's example (without FILE: explain the "
+        "problem's own reference)",
+    )
+
+
+def _explain(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from shard_tutorial.explain import explain_file  # noqa: PLC0415
+
+    if args.file is None and args.problem is None:
+        parser.error("give FILE and FUNCTION, or --problem NAME")
+    if args.file is not None and args.function is None and args.problem is None:
+        parser.error(f"give the name of the function of {args.file} to explain")
+    if args.file is not None and not args.file.is_file():
+        parser.error(f"no such file: {args.file}")
+    if args.devices % args.processes:
+        parser.error(f"--processes {args.processes} must divide --devices {args.devices}")
+    width = shutil.get_terminal_size((100, 24)).columns
+    if args.processes > 1:
+        return _explain_on_cluster(args, width)
+    from shard_tutorial.devices import use_cpu_devices  # noqa: PLC0415
+
+    use_cpu_devices(args.devices)
+    try:
+        found = explain_file(args.file, args.function, problem=args.problem)
+    except (KeyError, ValueError) as error:
+        parser.error(str(error.args[0] if error.args else error))
+    if sys.stdout.isatty():
+        from rich.console import Console  # noqa: PLC0415
+
+        Console().print(found)
+    else:
+        print(found.render(width))
+    return 0
+
+
+def _explain_on_cluster(args: argparse.Namespace, width: int) -> int:
+    """Explain in every process of a cluster; print what the first process printed."""
+    from shard_tutorial.launcher import launch  # noqa: PLC0415
+
+    script = Path(__file__).with_name("_explained.py")
+    given = [str(args.file.resolve()) if args.file else "", args.function or ""]
+    result = launch(
+        script,
+        *given,
+        *(["--problem", args.problem] if args.problem else []),
+        f"--width={width}",
+        processes=args.processes,
+        devices_per_process=args.devices // args.processes,
+    )
+    sys.stdout.write(result.processes[0].output)
+    if result.returncode:
+        print(result.report(), file=sys.stderr)
+    return result.returncode
 
 
 def _processes(text: str) -> int:
@@ -348,6 +430,8 @@ def _main(argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
     if args.command == "launch":
         return _launch(args, parser)
+    if args.command == "explain":
+        return _explain(args, parser)
     if args.command == "list":
         width = max(map(len, PROBLEMS))
         folder = None

@@ -26,14 +26,18 @@ from shard_tutorial import communication
 __all__ = [
     "KINDS",
     "Collective",
+    "Frame",
+    "Operation",
     "collectives",
     "compiled_text",
     "count_runs",
     "group_size",
     "host_callbacks",
     "memory",
+    "neighbours",
     "num_devices",
     "parse_collectives",
+    "parse_operations",
     "parse_runs",
     "program_lines",
     "ring_bytes",
@@ -75,6 +79,265 @@ _CALLBACK = re.compile(
 )  # XLA numbers long tuples: (f32[2], ... /*index=5*/f32[])
 
 
+# The source-location tables XLA prints after the module's header line (jax 0.10, 0.12):
+#   FileNames / 1 "/path/f.py"  FunctionNames / 1 "layer"
+#   FileLocations / 1 {file_name_id=1 function_name_id=1 line=7 end_line=7 column=8 ...}
+#   StackFrames / 1 {file_location_id=1 parent_frame_id=1}
+_TABLE_ENTRY = re.compile(r'^(?P<id>\d+) (?:"(?P<text>.*)"|\{(?P<fields>[^}]*)\})$')
+_TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
+_METADATA = re.compile(r"metadata=\{(?P<fields>(?:[^{}\"]|\"[^\"]*\")*)\}")
+_OPERATION = re.compile(
+    r"^\s*(?P<root>ROOT\s+)?(?P<name>%[\w.\-]+)\s*=\s*(?P<type>\([^=]*?\)|\S+)\s+"
+    r"(?P<opcode>[\w\-]+)\("
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Frame:
+    """One line of Python that an operation of a compiled program came from.
+
+    Attributes:
+      file: the Python file, as JAX recorded it when it traced the program.
+      line: the line number in it, from 1.
+      function: the function the line is in (``"<module>"`` at top level).
+    """
+
+    file: str
+    line: int
+    function: str = ""
+
+    def __str__(self) -> str:
+        """``file:line``."""
+        return f"{self.file}:{self.line}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Operation:
+    """One operation of a compiled program, as its line says (see :func:`parse_operations`).
+
+    Attributes:
+      name: the value it defines, e.g. ``"%all-gather.1"``.
+      opcode: the HLO operation, e.g. ``"all-gather"``, ``"fusion"``, ``"parameter"``.
+      result: the type of what it produces on each device, without layouts.
+      operands: the names of the values it takes, in order.
+      computation: the name of the computation it belongs to.
+      root: whether it is that computation's result (``ROOT``).
+      op_name: the ``op_name`` of its metadata: where in the traced program it
+        came from (``"jit(f)/shard_map/psum"``; an argument's name for a parameter).
+      stack: the Python lines it came from, innermost first, read from the
+        ``stack_frame_id`` of its metadata and the module's stack-frame tables
+        (or from ``source_file`` and ``source_line``); empty when XLA kept none.
+      attributes: the rest of the line after the operands, up to the metadata.
+    """
+
+    name: str
+    opcode: str
+    result: str
+    operands: tuple[str, ...]
+    computation: str
+    root: bool = False
+    op_name: str = ""
+    stack: tuple[Frame, ...] = ()
+    attributes: str = ""
+
+
+def parse_operations(program: str) -> dict[str, Operation]:
+    r"""Every operation of a compiled program, by name, in program order.
+
+    XLA names each value once in a module, so the names are the keys. Each
+    operation's source lines are read from its metadata: a ``stack_frame_id``
+    that points into the stack-frame tables XLA prints after the module's
+    header (jax 0.10 and 0.12 both print them), or an older ``source_file`` and
+    ``source_line``. An operation XLA added with no metadata (a copy, a slice
+    its partitioner needed) has an empty :attr:`Operation.stack`.
+
+    Args:
+      program: the text, as ``compiled.as_text()`` prints it.
+
+    Returns:
+      ``{name: Operation}``.
+
+    Examples:
+      >>> from shard_tutorial.compiled import parse_operations
+      >>> program = "\n".join([
+      ...     "HloModule jit_f, num_partitions=8",
+      ...     "FileNames", '1 "f.py"', "FunctionNames", '1 "f"',
+      ...     "FileLocations", "1 {file_name_id=1 function_name_id=1 line=3 end_line=3}",
+      ...     "StackFrames", "1 {file_location_id=1 parent_frame_id=1}",
+      ...     "ENTRY %main (p: f32[2]) -> f32[] {",
+      ...     '  %p = f32[2]{0} parameter(0), metadata={op_name="x"}',
+      ...     "  ROOT %ar = f32[] all-reduce(%p), replica_groups=[1,8]<=[8], "
+      ...     'metadata={op_name="jit(f)/reduce_sum" stack_frame_id=1}',
+      ...     "}",
+      ... ])
+      >>> ar = parse_operations(program)["%ar"]
+      >>> ar.opcode, ar.operands, ar.root, ar.op_name, [str(f) for f in ar.stack]
+      ('all-reduce', ('%p',), True, 'jit(f)/reduce_sum', ['f.py:3'])
+    """
+    frames = _stack_frames(program)
+    found: dict[str, Operation] = {}
+    computation = ""
+    for raw in program.splitlines():
+        header = _COMPUTATION.match(raw)
+        if header:
+            computation = header["name"]
+            continue
+        line = _COMMENT.sub("", raw)
+        match = _OPERATION.match(line)
+        if match is None:
+            continue
+        rest = line[match.end() :]
+        end = _closing(rest)
+        metadata = _METADATA.search(rest)
+        attributes = rest[end + 1 : metadata.start() if metadata else len(rest)]
+        found[match["name"]] = Operation(
+            name=match["name"],
+            opcode=match["opcode"],
+            result=", ".join(a.group(0) for a in _ARRAY.finditer(match["type"])) or "()",
+            operands=tuple(re.findall(r"%[\w.\-]+", rest[:end])),
+            computation=computation,
+            root=bool(match["root"]),
+            op_name=_field(metadata["fields"], "op_name") if metadata else "",
+            stack=_stack(metadata["fields"], frames) if metadata else (),
+            attributes=attributes.strip(" ,"),
+        )
+    return found
+
+
+def neighbours(
+    operations: dict[str, Operation], name: str, *, limit: int = 32
+) -> tuple[list[Operation], list[Operation], list[Operation]]:
+    r"""What feeds the operation ``name`` and what uses it, up to the nearest Python lines.
+
+    From ``name``, the walk goes back through its operands and forward through
+    their users, past operations XLA left without a Python line (a bitcast, a
+    copy, a tuple element, a fusion of its own), and stops at the first
+    operation on each path that has a line (:attr:`Operation.stack`), at a
+    parameter, or at the computation's root.
+
+    Args:
+      operations: the program's operations (:func:`parse_operations`).
+      name: the operation to start from, e.g. ``"%all-gather"``.
+      limit: at most this many operations walked on each side.
+
+    Returns:
+      ``(producers, consumers, walked)``: the operations where the walk stopped
+      going back, those where it stopped going forward (the computation's root
+      among them when a path reaches it with no line), and every operation it
+      went through (both ends included).
+
+    Examples:
+      >>> from shard_tutorial.compiled import neighbours, parse_operations
+      >>> program = "\n".join([
+      ...     "ENTRY %main (p: f32[1,2]) -> f32[8,2] {",
+      ...     '  %p = f32[1,2]{1,0} parameter(0), metadata={op_name="w"}',
+      ...     "  %ag = f32[8,2]{1,0} all-gather(%p), dimensions={0}",
+      ...     "  %c = f32[8,2]{1,0} copy(%ag)",
+      ...     '  ROOT %t = f32[8,2]{1,0} tanh(%c), metadata={op_name="jit(f)/tanh" source_file="f.py" source_line=4}',
+      ...     "}",
+      ... ])
+      >>> before, after, walked = neighbours(parse_operations(program), "%ag")
+      >>> [o.op_name for o in before], [o.name for o in after], len(walked)
+      (['w'], ['%t'], 4)
+    """
+    users: dict[str, list[str]] = {}
+    for operation in operations.values():
+        for operand in operation.operands:
+            users.setdefault(operand, []).append(operation.name)
+    walked: dict[str, Operation] = {}
+    ends: tuple[list[Operation], list[Operation]] = ([], [])
+    for side, step in enumerate(
+        (lambda o: list(o.operands), lambda o: users.get(o.name, []))  # back, then forward
+    ):
+        start = operations.get(name)
+        pending = step(start) if start else []
+        seen: set[str] = set()
+        while pending and len(seen) < limit:
+            current = operations.get(pending.pop(0))
+            if current is None or current.name in seen:
+                continue
+            seen.add(current.name)
+            walked[current.name] = current
+            if current.stack or current.opcode == "parameter" or not step(current):
+                ends[side].append(current)
+            else:
+                pending.extend(step(current))
+    if name in operations:
+        walked[name] = operations[name]
+    return ends[0], ends[1], list(walked.values())
+
+
+def _closing(rest: str) -> int:
+    """Where the parenthesis open before ``rest`` closes in it (its length if it does not)."""
+    depth = 1
+    for index, char in enumerate(rest):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0:
+            return index
+    return len(rest)
+
+
+def _field(fields: str, key: str) -> str:
+    """One field of an operation's metadata, unquoted; empty if absent."""
+    match = re.search(rf'\b{key}=(?:"(?P<quoted>[^"]*)"|(?P<bare>[^\s,]+))', fields)
+    if match is None:
+        return ""
+    return match["quoted"] if match["quoted"] is not None else match["bare"]
+
+
+def _stack(fields: str, frames: dict[int, tuple[Frame, int]]) -> tuple[Frame, ...]:
+    """The Python lines an operation's metadata points at, innermost first."""
+    frame_id = _field(fields, "stack_frame_id")
+    stack: list[Frame] = []
+    current = int(frame_id) if frame_id.isdigit() else 0
+    while current in frames and len(stack) < len(frames):
+        frame, parent = frames[current]
+        stack.append(frame)
+        current = parent
+    if not stack and _field(fields, "source_file"):  # older XLA: the line itself
+        line = _field(fields, "source_line")
+        stack.append(Frame(_field(fields, "source_file"), int(line) if line.isdigit() else 0))
+    return tuple(stack)
+
+
+def _stack_frames(program: str) -> dict[int, tuple[Frame, int]]:
+    """The module's stack frames: ``{id: (frame, parent id)}``, a parent of 0 for none.
+
+    XLA prints ``parent_frame_id`` one more than the parent's id, 1 for a frame
+    with none (measured on jax 0.10 and 0.12: read so, a line of a helper has the
+    line that called the helper as its parent, up to the top-level call).
+    """
+    tables: dict[str, dict[int, str]] = {name: {} for name in _TABLES}
+    section = None
+    for line in program.splitlines():
+        if line in _TABLES:
+            section = line
+            continue
+        entry = _TABLE_ENTRY.match(line) if section else None
+        if entry is None:
+            if section and line.strip():
+                section = None  # the tables are over
+            continue
+        assert section is not None
+        tables[section][int(entry["id"])] = entry["text"] or entry["fields"] or ""
+    locations = {}
+    for key, fields in tables["FileLocations"].items():
+        file_id, function_id, line = (
+            _field(fields, name) for name in ("file_name_id", "function_name_id", "line")
+        )
+        locations[key] = Frame(
+            tables["FileNames"].get(int(file_id or 0), "?"),
+            int(line or 0),
+            tables["FunctionNames"].get(int(function_id or 0), ""),
+        )
+    frames = {}
+    for key, fields in tables["StackFrames"].items():
+        location, parent = _field(fields, "file_location_id"), _field(fields, "parent_frame_id")
+        if location.isdigit() and int(location) in locations:
+            frames[key] = (locations[int(location)], max(int(parent or 1) - 1, 0))
+    return frames
+
+
 @dataclasses.dataclass(frozen=True)
 class Collective:
     """One collective operation of a compiled program.
@@ -95,6 +358,12 @@ class Collective:
         metadata (its ``op_name`` has ``shard_map/``).
       operand_bytes: the size of what it takes in on each device, in bytes, when
         the program's text gives the operands' types (None if not).
+      name: the value it defines in the program, e.g. ``"%all-gather.1"``.
+      op_name: the ``op_name`` of its metadata (see :attr:`Operation.op_name`).
+      stack: the Python lines its metadata points at, innermost first (see
+        :attr:`Operation.stack`); empty when XLA kept none.
+      attributes: the rest of its line after the operands, up to the metadata
+        (``dimensions={0}``, the groups, ...).
     """
 
     kind: str
@@ -103,6 +372,10 @@ class Collective:
     groups: str
     explicit: bool = dataclasses.field(default=False, compare=False)
     operand_bytes: int | None = dataclasses.field(default=None, compare=False)
+    name: str = dataclasses.field(default="", compare=False, repr=False)
+    op_name: str = dataclasses.field(default="", compare=False, repr=False)
+    stack: tuple[Frame, ...] = dataclasses.field(default=(), compare=False, repr=False)
+    attributes: str = dataclasses.field(default="", compare=False, repr=False)
 
     @property
     def group_size(self) -> int | None:
@@ -257,7 +530,14 @@ def parse_collectives(program: str, *, resolve_operands: bool = False) -> list[C
       >>> [(c.nbytes, c.operand_bytes) for c in parse_collectives(program, resolve_operands=True)]
       [(64, 8)]
     """
-    lines = [_COMMENT.sub("", line) for line in program.splitlines()]
+    return _parse_collectives(program.splitlines(), resolve_operands, _stack_frames(program))
+
+
+def _parse_collectives(
+    raw: list[str], resolve_operands: bool, frames: dict[int, tuple[Frame, int]]
+) -> list[Collective]:
+    """:func:`parse_collectives` of some lines of a program, with the program's stack frames."""
+    lines = [_COMMENT.sub("", line) for line in raw]
     defined = _definitions(lines) if resolve_operands else {}
     found = []
     for line in lines:
@@ -271,6 +551,10 @@ def parse_collectives(program: str, *, resolve_operands: bool = False) -> list[C
         groups = _GROUPS.search(line)
         op_name = _OP_NAME.search(line)
         operands = _operand_types(line[match.end() :], defined)
+        named = _DEFINITION.match(line)
+        metadata = _METADATA.search(line)
+        after = line[match.end() : metadata.start() if metadata else None]
+        attributes = after[_closing(after) + 1 :]
         found.append(
             Collective(
                 kind=match["kind"],
@@ -279,6 +563,10 @@ def parse_collectives(program: str, *, resolve_operands: bool = False) -> list[C
                 groups=groups["groups"] if groups else "all devices",
                 explicit=bool(op_name and _EXPLICIT.search(op_name[1])),
                 operand_bytes=operands,
+                name=named["name"] if named else "",
+                op_name=op_name[1] if op_name else "",
+                stack=_stack(metadata["fields"], frames) if metadata else (),
+                attributes=attributes.strip(" ,"),
             )
         )
     return found
@@ -372,6 +660,7 @@ def parse_runs(program: str) -> list[tuple[Collective, int | None]]:
             computations[name].append(line)
     if entry is None:
         return [(collective, 1) for collective in parse_collectives(program)]
+    frames = _stack_frames(program)
     runs: dict[str, int | None] = {}
 
     def visit(computation: str, times: int | None, depth: int = 0) -> None:
@@ -393,7 +682,7 @@ def parse_runs(program: str) -> list[tuple[Collective, int | None]]:
     found = []
     for computation, lines in computations.items():
         if computation in runs:
-            found += [(c, runs[computation]) for c in parse_collectives("\n".join(lines))]
+            found += [(c, runs[computation]) for c in _parse_collectives(lines, False, frames)]
     return found
 
 
@@ -468,10 +757,13 @@ def communication_lines(program: str) -> str:
     collective or a call back into Python, and what :func:`parse_runs` needs to
     count how often each runs: each computation's first and last line, and the
     operations that run other computations (``while``, ``conditional``,
-    ``call``, ``async-start``). Fusions and arithmetic, most of a program, are
-    left out: what :func:`parse_collectives`, :func:`parse_runs`,
-    :func:`host_callbacks` and :func:`num_devices` read from the whole text,
-    they read the same from these lines.
+    ``call``, ``async-start``). And what ties each collective to the Python lines
+    it came from: the module's stack-frame tables, and the operations around each
+    collective up to the nearest that has a line (:func:`neighbours`). The rest
+    of the fusions and arithmetic, most of a program, is left out: what
+    :func:`parse_collectives`, :func:`parse_runs`, :func:`host_callbacks`,
+    :func:`num_devices` and :func:`neighbours` read from the whole text, they
+    read the same from these lines.
 
     Examples:
       >>> from shard_tutorial.compiled import communication_lines, parse_runs
@@ -482,15 +774,24 @@ def communication_lines(program: str) -> str:
       ...     "  ROOT %ar = f32[2]{0} all-reduce(%e), replica_groups={{0,1}}, to_apply=%add",
       ...     "}",
       ...     "ENTRY %main (x: f32[2]) -> f32[2] {",
-      ...     '  ROOT %w = f32[2]{0} while(%x), condition=%cond, body=%body, '
+      ...     "  %l = f32[2]{0} log(%x)",
+      ...     '  ROOT %w = f32[2]{0} while(%l), condition=%cond, body=%body, '
       ...     'backend_config={"known_trip_count":{"n":"3"}}',
       ...     "}",
       ... ])
-      >>> print(communication_lines(program).count("exponential"))
-      0
+      >>> kept = communication_lines(program)  # what the all-reduce sends: kept; the log: not
+      >>> kept.count("exponential"), kept.count("log(")
+      (1, 0)
       >>> [(c.kind, runs) for c, runs in parse_runs(communication_lines(program))]
       [('all-reduce', 3)]
     """
+    operations = parse_operations(program)
+    near = {
+        around.name
+        for operation in operations.values()
+        if operation.opcode.removesuffix("-start") in KINDS
+        for around in neighbours(operations, operation.name)[2]
+    }
     kept = [
         line
         for line in program.splitlines()
@@ -500,8 +801,17 @@ def communication_lines(program: str) -> str:
         or _ROUTES.search(line)
         or any(f" {kind}" in line for kind in KINDS)
         or ("custom-call(" in line and "callback" in line)  # a call back into Python
+        or line in _TABLES
+        or _TABLE_ENTRY.match(line)
+        or _defined(line) in near
     ]
     return "\n".join(kept)
+
+
+def _defined(line: str) -> str | None:
+    """The name a line of a program defines, if it defines one."""
+    match = _DEFINITION.match(line)
+    return match["name"] if match else None
 
 
 def num_devices(program: str) -> int:
@@ -533,13 +843,7 @@ def _operand_types(rest: str, defined: dict[str, str] | None = None) -> int | No
     An operand printed as a bare name (``%param.1``) has its type looked up in
     ``defined`` (see :func:`_definitions`); None if any operand's type is unknown.
     """
-    depth, end = 1, len(rest)
-    for index, char in enumerate(rest):
-        depth += {"(": 1, ")": -1}.get(char, 0)
-        if depth == 0:
-            end = index
-            break
-    text = rest[:end]
+    text = rest[: _closing(rest)]
     arrays = list(_ARRAY.finditer(text))
     if not arrays and defined:
         names = re.findall(r"%[\w.\-]+", text)

@@ -288,6 +288,7 @@ def join_cluster(devices: int | None = None) -> bool:
     started otherwise, it calls
     :func:`~shard_tutorial.use_cpu_devices` with ``devices`` if given and does
     nothing else: the same script runs on its own, as one process.
+    Called again in a process that has joined, it does nothing.
 
     Args:
       devices: CPU devices to use when the script runs on its own; None keeps
@@ -314,6 +315,8 @@ def join_cluster(devices: int | None = None) -> bool:
         if devices is not None:
             use_cpu_devices(devices)
         return False
+    if jax.distributed.is_initialized():  # joined already (the explain command joins first)
+        return True
     _die_with_launcher(int(os.environ[LAUNCHER_PID]))
     _filter_native_stdout()
     use_cpu_devices(int(os.environ[DEVICES_PER_PROCESS]))
