@@ -55,6 +55,10 @@ def collective_matmul_all_gather(x: jax.Array, w: jax.Array) -> jax.Array:
     Your Model* writes its collective matmul, traces its body even when it runs
     no step.
 
+    How the arguments arrive: placed on the Explicit mesh ``axis_mesh("model",
+    math.gcd(S, F))``, ``x`` as ``P("model", None)`` and ``w`` as ``P(None,
+    "model")``.
+
     Args:
       x: activations, shape (S, D), S >= 1 and D >= 1; integer or floating point.
       w: weight, shape (D, F), F >= 1.

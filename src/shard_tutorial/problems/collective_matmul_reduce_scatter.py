@@ -58,6 +58,10 @@ def collective_matmul_reduce_scatter(h: jax.Array, w: jax.Array) -> jax.Array:
     Your Model* writes its collective matmul, traces its body even when it runs
     no step.
 
+    How the arguments arrive: placed on the Explicit mesh ``axis_mesh("model",
+    math.gcd(S, F))``, ``h`` as ``P(None, "model")`` and ``w`` as ``P("model",
+    None)``.
+
     Args:
       h: activations, shape (S, F), S >= 1 and F >= 1; integer or floating point.
       w: weight, shape (F, D), D >= 1.
