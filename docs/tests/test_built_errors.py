@@ -101,7 +101,7 @@ def test_the_hang_aborts_after_the_short_timeout_in_its_own_process():
 
 
 def test_the_lonely_process_aborts_after_its_initialization_timeout():
-    assert cell_output("initialization_timeout\"\n]").strip() == "300 seconds"
+    assert cell_output('initialization_timeout"\n]').strip() == "300 seconds"
     text = cell_output("code, stderr = run_alone(ALONE)")
     assert "exit code: -6" in text
     assert "DEADLINE_EXCEEDED" in text

@@ -120,7 +120,9 @@ def test_each_problem_notebook_states_shows_and_starts_the_problem(problem):
     assert str(namespace["starter_file"]) == f"{problem.name}.py"
 
 
-def test_the_starter_cell_writes_the_starter_only_where_there_is_no_file(tmp_path, monkeypatch, capsys):
+def test_the_starter_cell_writes_the_starter_only_where_there_is_no_file(
+    tmp_path, monkeypatch, capsys
+):
     """Issue 37, item 12: "Run All" must never overwrite the reader's solution."""
     problem = PROBLEMS["pipeline_forward"]
     (starter,) = shown_code(problem.page, "starter-code")

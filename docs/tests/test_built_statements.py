@@ -30,6 +30,6 @@ def test_the_moe_statement_names_each_arguments_spec() -> None:
     statement = page(PROBLEMS["expert_parallel_moe"].page).select_one("dl.py.function")
     assert statement is not None
     text = " ".join(statement.get_text(" ").split())
-    assert "x , router_logits and w each as P(\"expert\")" in text or (
+    assert 'x , router_logits and w each as P("expert")' in text or (
         'x, router_logits and w each as P("expert")' in text
     )
