@@ -127,6 +127,11 @@ def test_the_gpu_column_is_printed_as_the_bandwidth_term_only():
     rows = [
         [td.get_text(" ", strip=True) for td in tr.select("td")] for tr in table.select("tbody tr")
     ]
-    assert rows[0] == ["1e+03 bytes", "8.02 µs", "8.01 µs", "0.003889 µs + \N{GREEK SMALL LETTER ALPHA}"]
+    assert rows[0] == [
+        "1e+03 bytes",
+        "8.02 µs",
+        "8.01 µs",
+        "0.003889 µs + \N{GREEK SMALL LETTER ALPHA}",
+    ]
     assert rows[-1][-1] == "3,889 µs + \N{GREEK SMALL LETTER ALPHA}"
     assert "0.00 µs" not in table.get_text()
