@@ -105,3 +105,27 @@ def test_the_lonely_process_aborts_after_its_initialization_timeout():
     text = cell_output("code, stderr = run_alone(ALONE)")
     assert "exit code: -6" in text
     assert "DEADLINE_EXCEEDED" in text
+
+
+def test_the_index_lists_part_v_the_costs_pages_and_this_appendix():
+    """Issue 37, item 13: "What you will learn, in this order" omitted Part V and the costs."""
+    index = built_pages.page("index")
+    (heading,) = [h for h in index.select("h2") if "What you will learn" in h.get_text()]
+    listing = heading.find_next("ol")
+    assert listing is not None
+    hrefs = [str(a["href"]) for a in listing.select("a[href]")]
+    for target in (
+        "parallelism/index.html",
+        "collectives/communication-costs.html",
+        "training/strategies.html",
+        "training/costs-at-scale.html",
+        "parallelism/pipeline-forward.html",
+        "parallelism/transformer-block.html",
+        "errors.html",
+    ):
+        assert any(href.startswith(target) for href in hrefs), target
+
+
+def test_every_device_reaching_the_psum_is_the_cure():
+    text = cell_output('total = jax.lax.psum(v, "x")  # every device takes part')
+    assert text.strip() == "[28. 28. 28. 28.  4.  5.  6.  7.]"

@@ -88,7 +88,7 @@ def test_the_checker_explains_the_forgotten_return_trip():
 
 def test_the_mesh_sizes_are_printed_and_the_types_explained():
     """Issue 37, item 16."""
-    text = built_pages.cell_output(NAME, "for tokens, experts in")
+    text = built_pages.cell_output(NAME, "for t, e in")
     for line in (
         "T=16, E= 8: 8 of 8",
         "T=12, E= 6: 6 of 8",
