@@ -471,13 +471,15 @@ def _write_if_absent(name: str, text: str) -> str:
 
     Not ``%%writefile``, which replaces the file: a reader who runs the whole notebook
     again, beside the solution they wrote in that file, must not lose it. The cell
-    says which it did.
+    says which it did. The text is one string literal per line, so that no line of
+    the cell starts with a docstring's ``>>>``, which IPython strips from a cell's
+    lines as a pasted prompt.
     """
-    literal = f"r'''{text}'''" if "'''" not in text and not text.endswith("\\") else repr(text)
+    lines = "".join(f"    {line!r}\n" for line in text.splitlines(keepends=True))
     return (
         f"# Writes the starter to {name}, unless the file exists: yours is never replaced.\n"
         "from pathlib import Path\n\n"
-        f"STARTER = {literal}\n"
+        f"STARTER = (\n{lines})\n"
         f"starter_file = Path({name!r})\n"
         "if starter_file.exists():\n"
         '    print(f"{starter_file} exists: kept as it is (delete it for a blank starter)")\n'

@@ -96,7 +96,7 @@ def test_links_point_at_the_published_site(name):
 
 
 @pytest.mark.parametrize("problem", PROBLEMS.values(), ids=lambda problem: problem.name)
-def test_each_problem_notebook_states_shows_and_starts_the_problem(problem):
+def test_each_problem_notebook_states_shows_and_starts_the_problem(problem, tmp_path, monkeypatch):
     text = markdown(problem.page)
     # The statement: autodoc's rendering of the docstring, as Markdown.
     assert f"`shard_tutorial.{problem.name}(" in text
@@ -114,6 +114,7 @@ def test_each_problem_notebook_states_shows_and_starts_the_problem(problem):
     # The starter, as the file the page tells the reader to start from.
     (starter,) = shown_code(problem.page, "starter-code")
     assert "%%writefile" not in starter  # it would replace the reader's own file
+    monkeypatch.chdir(tmp_path)  # the cell writes the starter file where it runs
     namespace: dict[str, object] = {}
     exec(compile(starter, "starter cell", "exec"), namespace)  # noqa: S102 (our own cell)
     assert namespace["STARTER"] == problem.starter()
