@@ -12,8 +12,9 @@ Sphinx writes to HTML, with every directive run and every reference resolved):
 - the page's code cells are the executed notebook's own, outputs included (consecutive
   output streams of the same name merged, as the site shows them);
 - code that a directive renders becomes a code cell: ``reference-source`` and
-  ``literalinclude`` as the code itself, ``starter-code`` as a ``%%writefile`` cell that
-  writes the starter file the page talks about;
+  ``literalinclude`` as the code itself, ``starter-code`` as a cell that writes the
+  starter file the page talks about, unless a file of that name exists (the reader's
+  own solution is never replaced);
 - a dropdown becomes its title, then its content in cells whose source is collapsed
   (``jupyter.source_hidden``), so a solution stays out of sight until asked for.
 
@@ -446,7 +447,7 @@ class NotebookBuilder:
     def _code_block(self, block: nodes.literal_block) -> None:
         kind = block.get(NOTEBOOK)
         if kind == "writefile":
-            source = f"%%writefile {block['notebook_file']}\n{block.astext()}"
+            source = _write_if_absent(block["notebook_file"], block.astext())
             self.code(source, block.get("notebook_directive", "starter-code"))
         elif kind == "code":
             self.code(block.astext(), block.get("notebook_directive", "reference-source"))
@@ -463,6 +464,29 @@ class NotebookBuilder:
         self.flow(body, depth)
         self.flush()
         self.hidden = hidden
+
+
+def _write_if_absent(name: str, text: str) -> str:
+    """A code cell that writes ``text`` to the file ``name`` only if there is none.
+
+    Not ``%%writefile``, which replaces the file: a reader who runs the whole notebook
+    again, beside the solution they wrote in that file, must not lose it. The cell
+    says which it did. The text is one string literal per line, so that no line of
+    the cell starts with a docstring's ``>>>``, which IPython strips from a cell's
+    lines as a pasted prompt.
+    """
+    lines = "".join(f"    {line!r}\n" for line in text.splitlines(keepends=True))
+    return (
+        f"# Writes the starter to {name}, unless the file exists: yours is never replaced.\n"
+        "from pathlib import Path\n\n"
+        f"STARTER = (\n{lines})\n"
+        f"starter_file = Path({name!r})\n"
+        "if starter_file.exists():\n"
+        '    print(f"{starter_file} exists: kept as it is (delete it for a blank starter)")\n'
+        "else:\n"
+        "    starter_file.write_text(STARTER)\n"
+        '    print(f"wrote the blank starter to {starter_file}")\n'
+    )
 
 
 def _is_dropdown(node: nodes.Node) -> bool:

@@ -69,6 +69,11 @@ def test_the_bidirectional_ring_sends_half_blocks_both_ways_and_the_same_bytes()
     assert difference(text) < 1e-5
     assert "14 collective-permutes of f32[1,4] in 2 directions" in text
     assert "224 bytes sent per device" in text
+    # Issue 37, item 3: (n - 1) / 2 one-way steps, not n / 2.
+    assert "7 steps of half a block each way at once: the time of 3.5 one-way steps" in text
+    assert "(n - 1) / 2 = 3.5" in text
+    prose = " ".join(page().get_text(" ").split())
+    assert "transfer time of (n - 1) / 2 one-way steps" in prose
 
 
 def test_each_pitfall_shows_which_rows_are_right():

@@ -115,3 +115,23 @@ def test_the_compiled_line_names_its_operand_without_its_type():
     text = cell_output("program_lines(psum_on_4")
     assert "f32[256]{0} all-reduce(%param" in text
     assert "replica_groups=" in text
+
+
+def test_the_gpu_column_is_printed_as_the_bandwidth_term_only():
+    """Issue 37, item 17: no "0.00 µs" that reads as free."""
+    (table,) = [
+        t
+        for t in built_pages.page(NAME).select("div.cell_output table")
+        if "H100 NVLink" in t.get_text()
+    ]
+    rows = [
+        [td.get_text(" ", strip=True) for td in tr.select("td")] for tr in table.select("tbody tr")
+    ]
+    assert rows[0] == [
+        "1e+03 bytes",
+        "8.02 µs",
+        "8.01 µs",
+        "0.003889 µs + \N{GREEK SMALL LETTER ALPHA}",
+    ]
+    assert rows[-1][-1] == "3,889 µs + \N{GREEK SMALL LETTER ALPHA}"
+    assert "0.00 µs" not in table.get_text()

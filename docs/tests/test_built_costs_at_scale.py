@@ -97,3 +97,19 @@ def test_the_chart_is_an_svg_with_every_figure_in_its_text_alternative():
     source = str(image["src"])
     assert source.startswith("data:image/svg+xml;base64,")
     assert "<svg" in base64.b64decode(source.split(",", 1)[1]).decode()
+
+
+def test_fsdp_x_tp_holds_twice_fsdps_figure_and_sends_a_quarter_of_its_gathers():
+    """Issue 37, item 1: the embedding and the output layer are gathered whole."""
+    text = cell_output(NAME, "split_too")
+    assert "64 devices, fsdp 8: holds 3.85 GB by hand, 3.85 from the calculator; FSDP 2.01" in text
+    assert (
+        "256 devices, fsdp 32: holds 0.96 GB by hand, 0.96 from the calculator; FSDP 0.50" in text
+    )
+    assert "= 7.453 by hand, 7.453 from the calculator" in text
+    assert "against FSDP's 31.996 GB: 0.23 of it" in text
+    prose = page(NAME).get_text(" ")
+    assert "about an eighth of" not in prose
+    assert "0.23 of FSDP\N{RIGHT SINGLE QUOTATION MARK}s parameter traffic" in " ".join(
+        prose.split()
+    )

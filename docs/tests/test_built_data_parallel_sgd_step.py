@@ -140,3 +140,14 @@ def test_the_cpu_program_has_no_asynchronous_all_reduce_to_overlap():
     text = cell_output('for op in ("all-reduce", "all-reduce-start"')
     lines = [" ".join(line.split()) for line in text.splitlines() if line.strip()]
     assert lines == ["all-reduce: 1", "all-reduce-start: 0", "all-reduce-done: 0"]
+
+
+def test_no_collectives_refuses_the_pmean_in_the_loop_and_passes_the_varying_copies():
+    """Issue 37: jax.sharding.no_collectives on 0.12, and what 0.10.2 does instead."""
+    text = cell_output("one_microbatch(own_copies=False)")
+    assert "ForbiddenCollectiveError" in text
+    assert "Collective across axis 'data' is forbidden by `no_collectives`" in text
+    passed = cell_output("one_microbatch(own_copies=True)")
+    assert "no collective over 'data' inside the block: (3, 2) (2,)" in passed
+    prose = " ".join(page().get_text(" ").split())
+    assert "JAX 0.10.2 has no jax.sharding.no_collectives" in prose

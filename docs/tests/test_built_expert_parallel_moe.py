@@ -84,3 +84,25 @@ def test_the_checker_explains_the_forgotten_return_trip():
     text = flat(cell_output("def expert_parallel_moe_without_return("))
     assert "FAILED" in text
     assert "The results stayed on the devices of the experts that computed them" in text
+
+
+def test_the_mesh_sizes_are_printed_and_the_types_explained():
+    """Issue 37, item 16."""
+    text = built_pages.cell_output(NAME, "for t, e in")
+    for line in (
+        "T=16, E= 8: 8 of 8",
+        "T=12, E= 6: 6 of 8",
+        "T=16, E=12: 4 of 8",
+        "T= 6, E= 4: 2 of 8",
+        "T= 5, E= 3: 1 of 8",
+    ):
+        assert line in text, text
+    prose = " ".join(built_pages.page(NAME).get_text(" ").split())
+    assert "8, 6 of 8, 2 or 1" not in prose
+    assert "float32[8,2,5] is 8 buffers of 2 slots of 5 numbers" in prose
+    assert (
+        built_pages.page(NAME).select_one(
+            "a[href$='training/gradients.html#gradients'], a[href*='gradients.html']"
+        )
+        is not None
+    )

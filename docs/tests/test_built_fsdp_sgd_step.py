@@ -103,5 +103,5 @@ def test_the_checker_passes_the_reference_and_names_data_parallelism_for_whole_w
 def test_the_page_cites_jax_docs(soup):
     sources = soup.find(id="sources")
     links = [a["href"] for a in sources.select('a[href^="https://docs.jax.dev/"]')]
-    assert any("shard_map.html" in link for link in links)
+    assert any("201/shard-map.html" in link for link in links)
     assert any("psum_scatter" in link for link in links)

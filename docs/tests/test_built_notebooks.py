@@ -96,7 +96,7 @@ def test_links_point_at_the_published_site(name):
 
 
 @pytest.mark.parametrize("problem", PROBLEMS.values(), ids=lambda problem: problem.name)
-def test_each_problem_notebook_states_shows_and_starts_the_problem(problem):
+def test_each_problem_notebook_states_shows_and_starts_the_problem(problem, tmp_path, monkeypatch):
     text = markdown(problem.page)
     # The statement: autodoc's rendering of the docstring, as Markdown.
     assert f"`shard_tutorial.{problem.name}(" in text
@@ -112,8 +112,30 @@ def test_each_problem_notebook_states_shows_and_starts_the_problem(problem):
     assert "import jax\n" in solution[0].source
     assert all(cell.metadata["jupyter"]["source_hidden"] is True for cell in references)
     # The starter, as the file the page tells the reader to start from.
-    starters = shown_code(problem.page, "starter-code")
-    assert starters == [f"%%writefile {problem.name}.py\n{problem.starter()}"]
+    (starter,) = shown_code(problem.page, "starter-code")
+    assert "%%writefile" not in starter  # it would replace the reader's own file
+    monkeypatch.chdir(tmp_path)  # the cell writes the starter file where it runs
+    namespace: dict[str, object] = {}
+    exec(compile(starter, "starter cell", "exec"), namespace)  # noqa: S102 (our own cell)
+    assert namespace["STARTER"] == problem.starter()
+    assert str(namespace["starter_file"]) == f"{problem.name}.py"
+
+
+def test_the_starter_cell_writes_the_starter_only_where_there_is_no_file(
+    tmp_path, monkeypatch, capsys
+):
+    """Issue 37, item 12: "Run All" must never overwrite the reader's solution."""
+    problem = PROBLEMS["pipeline_forward"]
+    (starter,) = shown_code(problem.page, "starter-code")
+    monkeypatch.chdir(tmp_path)
+    mine = tmp_path / "pipeline_forward.py"
+    exec(compile(starter, "starter cell", "exec"), {})  # noqa: S102 (our own cell)
+    assert mine.read_text() == problem.starter()
+    assert "wrote the blank starter to pipeline_forward.py" in capsys.readouterr().out
+    mine.write_text("def pipeline_forward(x, w):\n    return 'my own work'\n")
+    exec(compile(starter, "starter cell", "exec"), {})  # noqa: S102 (our own cell)
+    assert mine.read_text() == "def pipeline_forward(x, w):\n    return 'my own work'\n"
+    assert "pipeline_forward.py exists: kept as it is" in capsys.readouterr().out
 
 
 def test_the_training_run_notebook_shows_the_model():

@@ -88,7 +88,7 @@ def test_the_compiled_program_sends_activations_then_the_outputs_once():
 
 
 def test_the_three_training_schedules_bubble_and_memory():
-    text = cell_output("print(f\"{'schedule':<26}")
+    text = cell_output("{'schedule':<26}")
     rows = {
         line.split("  ")[0].strip(): [
             float(n) for n in re.findall(r"\d+(?:\.\d+)?", line.split("  ", 1)[1])
@@ -96,11 +96,15 @@ def test_the_three_training_schedules_bubble_and_memory():
         for line in text.splitlines()[1:]
         if line.strip()
     }
-    assert rows["GPipe"] == [0.273, 0.273, 8.0]
-    assert rows["1F1B"] == [0.273, 0.273, 4.0]
-    assert rows["interleaved 1F1B (v=2)"] == [0.158, 0.158, 5.5]
+    # bubble, formula, device 0's activations, idle time per device in full steps
+    assert rows["GPipe"] == [0.273, 0.273, 8.0, 6.0]
+    assert rows["1F1B"] == [0.273, 0.273, 4.0, 6.0]
+    assert rows["interleaved 1F1B (v=2)"] == [0.158, 0.158, 5.5, 3.0]
     prose = " ".join(page().get_text(" ").split())
     assert "jax-ml/jax#17216" in prose
+    # Issue 37, item 2: interleaving halves the bubble's time, not its share.
+    assert "half as large a share" not in prose
+    assert "0.273 to 0.158" in prose
 
 
 def test_the_checker_passes_the_reference_and_explains_stages_that_do_not_pass():
@@ -111,3 +115,22 @@ def test_the_checker_passes_the_reference_and_explains_stages_that_do_not_pass()
     assert "FAILED" in text
     assert "TECHNIQUE" in text  # right values on 1 device: no ppermute
     assert "did not pass their activations on" in text
+
+
+def test_every_stage_holds_x_and_the_page_says_it_is_a_simplification():
+    """Issue 37, item 10."""
+    assert "holds x (4, 2, 8), 256 bytes, and never reads it" in cell_output(
+        "x_all.addressable_shards[-1]"
+    )
+    prose = " ".join(page().get_text(" ").split())
+    assert "That is a simplification" in prose
+    assert "feeds the input batches to the first stage only" in prose
+
+
+def test_the_stage_counts_the_cases_meet():
+    """Issue 37, item 15: L from 1 to 16 gives every stage count from 1 to 8."""
+    text = cell_output('axis_mesh("stage", L)')
+    assert "stage counts: [1, 2, 3, 4, 5, 6, 7, 8]" in text
+    for stages in ("9: 3", "11: 1", "16: 8"):
+        assert stages in text
+    assert "8, 6, 7, 3 or 1" not in page().get_text(" ")

@@ -16,6 +16,7 @@ import pytest
 NAME = "parallelism/ring-attention"
 
 cell_output = functools.partial(built_pages.cell_output, NAME)
+page = functools.partial(built_pages.page, NAME)
 
 
 def numbers(line: str) -> list[float]:
@@ -101,6 +102,13 @@ def test_the_ring_holds_less_than_gathering():
     assert ring[0] < whole < gathered[0]
     assert ring[:2] == [166660, 101124]
     assert abs(ring[2] - gathered[2]) < 64  # peak_memory_in_bytes: no temporaries on CPU
+    # Issue 37, item 14: "about the same", not "the same" (65,544 against 65,540).
+    assert ring[2] != gathered[2]
+    prose = " ".join(page().get_text(" ").split())
+    assert "reads about the same for both, a few bytes apart" in prose
+    code = "\n".join(div.get_text() for div in page().select("div.cell_input"))
+    assert "causal=True):" not in code.split("def memory(", 1)[1].split("\n", 1)[0]
+    assert "*(jax.device_put(a, NamedSharding(mesh, spec)) for a in (q, k, v))" not in code
     plain = labelled(cell_output("def plain_ring("), "ring without barriers:")
     assert ring[0] < plain[0]
     assert "collective-permute-start: 0" in cell_output("compiled_text(")

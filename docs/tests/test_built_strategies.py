@@ -198,6 +198,11 @@ def test_memory_per_device_from_the_compiled_step(soup):
     remat = re.search(r"temporaries: ([\d,]+) bytes, FSDP's without jax.checkpoint: ([\d,]+)", text)
     assert remat is not None
     assert number(remat[1]) < number(remat[2]) == rows["FSDP"][3]
+    # Issue 37, item 7: the saving is printed, and is no whole gathered weight.
+    assert "saved: 1,024 bytes; the gathered weights: w1 4,096, w2 2,048" in text
+    prose = " ".join(soup.get_text(" ").split())
+    assert "a gathered w2 (2,048 bytes) no longer waits" not in prose
+    assert "this page does not say which bytes were saved" in prose
 
 
 def test_zero_stages_count_the_optimizer_state(soup):

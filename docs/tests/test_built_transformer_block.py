@@ -82,7 +82,7 @@ def test_the_calculator_predicts_the_compiled_steps_traffic_and_arguments():
 
 
 def test_at_llama_width_the_activations_move_most():
-    text = cell_output(PAGE, "big = BlockConfig(")
+    text = cell_output(PAGE, "for data, model in ((2, 4), (8, 8)):")
     for mesh in ("2 x 4", "8 x 8"):
         block = text.split(f"{mesh}: holds", 1)[1].split(" x ", 1)[0]
         sent = {
@@ -91,3 +91,34 @@ def test_at_llama_width_the_activations_move_most():
         }
         # Several times what the weights send: 17 times on 2 x 4, 6 times on 8 x 8.
         assert sent["activations"] > 5 * (sent["weights"] + sent["weights' gradients"]), sent
+
+
+def test_the_llama_width_block_is_not_llama_3_8bs_block():
+    """Issue 37, item 8: full multi-head attention and two matrices, not GQA and SwiGLU."""
+    text = cell_output(PAGE, "big = BlockConfig(")
+    assert "this block: 184.6 M parameters" in text
+    assert "Llama 3 8B's block (8 key-value heads, SwiGLU): 218.1 M" in text
+    prose = " ".join(page(PAGE).get_text(" ").split())
+    assert "It is not Llama 3 8B\N{RIGHT SINGLE QUOTATION MARK}s block" in prose
+
+
+def test_the_page_says_what_the_teacher_is_and_what_the_end_point_is_worth():
+    """Issue 37, item 9."""
+    text = cell_output(PAGE, "synthetic_data(config, seed=0, batches=16)")
+    zeros = re.search(r"answering zeros:\s+(\S+)", text)
+    residual = re.search(r"answering x \(the residual path\):\s+(\S+)", text)
+    student = re.search(r"the student after 300 steps:\s+(\S+)", text)
+    assert zeros, text
+    assert residual, text
+    assert student, text
+    assert (zeros[1], residual[1]) == ("1.702", "0.755")
+    assert float(student[1]) < float(residual[1]) / 4
+    prose = " ".join(page(PAGE).get_text(" ").split())
+    assert "The teacher is the data" in prose
+
+
+def test_the_gradients_specs_are_compared_as_layouts():
+    """Issue 37, item 18: P('data', None, 'model') lays out qkv as SPECS' entry does."""
+    text = cell_output(PAGE, "sharded_gradients(mesh)")
+    assert text.count(": True") == 6, text
+    assert "P('data', None, 'model') == P('data', None, 'model', None): False" in text

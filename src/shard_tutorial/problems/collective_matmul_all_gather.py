@@ -54,6 +54,10 @@ def collective_matmul_all_gather(x: jax.Array, w: jax.Array) -> jax.Array:
     On one device (a gcd of 1) the ring has no step: a loop of ``n - 1`` hops
     runs no ``ppermute``, and the checker asks for ``jax.shard_map`` alone.
 
+    How the arguments arrive: placed on the Explicit mesh ``axis_mesh("model",
+    math.gcd(S, F))``, ``x`` as ``P("model", None)`` and ``w`` as ``P(None,
+    "model")``.
+
     Args:
       x: activations, shape (S, D), S >= 1 and D >= 1; integer or floating point.
       w: weight, shape (D, F), F >= 1.

@@ -55,6 +55,10 @@ def collective_matmul_reduce_scatter(h: jax.Array, w: jax.Array) -> jax.Array:
     On one device (a gcd of 1) the ring has no step: a loop of ``n - 1`` hops
     runs no ``ppermute``, and the checker asks for ``jax.shard_map`` alone.
 
+    How the arguments arrive: placed on the Explicit mesh ``axis_mesh("model",
+    math.gcd(S, F))``, ``h`` as ``P(None, "model")`` and ``w`` as ``P("model",
+    None)``.
+
     Args:
       h: activations, shape (S, F), S >= 1 and F >= 1; integer or floating point.
       w: weight, shape (F, D), D >= 1.

@@ -54,6 +54,9 @@ def data_parallel_sgd_step(
     that ``jax.grad`` inserts for replicated parameters). The mesh is
     ``data_mesh(B)``.
 
+    How the arguments arrive: each array as a ``jax.Array`` on the default device,
+    not split; each number as a Python number.
+
     Args:
       w: weights, shape (d_in, d_out), floating-point.
       b: bias, shape (d_out,), floating-point.

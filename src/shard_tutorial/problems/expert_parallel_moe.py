@@ -55,6 +55,9 @@ def expert_parallel_moe(x: jax.Array, router_logits: jax.Array, w: jax.Array) ->
     ``T`` may be 0 (an empty result, on the mesh); ``D``, ``E`` and ``F`` are at
     least 1.
 
+    How the arguments arrive: placed on the Explicit mesh ``axis_mesh("expert",
+    math.gcd(T, E))``, ``x``, ``router_logits`` and ``w`` each as ``P("expert")``.
+
     Args:
       x: the tokens, shape (T, D).
       router_logits: the router's score of each expert for each token, shape

@@ -63,6 +63,11 @@ def fsdp_sgd_step(
     gathered (the checker's budget, read from XLA's memory analysis of the
     compiled programs).
 
+    How the arguments arrive: ``w`` placed on the Explicit mesh
+    ``data_mesh(math.gcd(B, d_in))`` as ``P("data", None)``; ``b``, ``x`` and ``y``
+    each as a ``jax.Array`` on the default device, not split; ``lr`` as a Python
+    number.
+
     Args:
       w: weights, shape (d_in, d_out), floating-point; any layout is accepted.
       b: bias, shape (d_out,), floating-point.

@@ -58,6 +58,9 @@ def nnx_data_parallel_step(
     gradients of its own block, and one all-reduce averages them. The mesh is
     ``data_mesh(B)``.
 
+    How the arguments arrive: each array as a ``jax.Array`` on the default device,
+    not split; each number as a Python number.
+
     Args:
       seed: seed of the model's initial parameters, a whole number (``3`` or
         ``3.0``).

@@ -49,6 +49,9 @@ def pipeline_forward(x: jax.Array, w: jax.Array) -> jax.Array:
     all-reduce (``psum``) of them sends (the checker's budget, read from the
     compiled program).
 
+    How the arguments arrive: each array as a ``jax.Array`` on the default device,
+    not split.
+
     Args:
       x: the microbatches, shape (M, B, D): M >= 1 microbatches of B >= 1 rows of
         D >= 1 features, floating-point.

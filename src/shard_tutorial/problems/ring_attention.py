@@ -48,6 +48,9 @@ def ring_attention(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool = Fals
     gathers ``k`` and ``v`` whole (the checker's budget, read from the compiled
     program); no all-gather and no all-to-all.
 
+    How the arguments arrive: each array as a ``jax.Array`` on the default device,
+    not split; ``causal`` as a Python bool.
+
     Args:
       q: queries, shape (T, D), floating point.
       k: keys, shape (T, D), the dtype of ``q``.

@@ -41,6 +41,9 @@ def shard_map_all_gather(x: jax.Array) -> jax.Array:
     fails: "dimension size of operand at 'all_gather_dim' cannot be zero"), so
     return the empty answer without the collective, on the mesh like any other.
 
+    How the arguments arrive: each array as a ``jax.Array`` on the default device,
+    not split.
+
     Args:
       x: 1-D array of numbers, length n >= 0.
 

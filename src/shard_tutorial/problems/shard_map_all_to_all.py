@@ -50,6 +50,9 @@ def shard_map_all_to_all(x: jax.Array) -> jax.Array:
     (0, m) gives an array whose shards do not fit its shape (reading it fails).
     Return the empty answer without the collective, on the mesh (``P("data")``).
 
+    How the arguments arrive: each array as a ``jax.Array`` on the default device,
+    not split.
+
     Args:
       x: 2-D array of numbers, of shape (n, m).
 

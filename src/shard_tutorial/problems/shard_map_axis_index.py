@@ -37,6 +37,9 @@ def shard_map_axis_index(x: jax.Array) -> jax.Array:
     device finds its position along the mesh axis, and a collective brings it
     the totals of the blocks before its own. The mesh is ``data_mesh(n)``.
 
+    How the arguments arrive: each array as a ``jax.Array`` on the default device,
+    not split.
+
     Args:
       x: 1-D array of numbers, length n >= 0.
 

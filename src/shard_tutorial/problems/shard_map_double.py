@@ -39,6 +39,9 @@ def shard_map_double(x: jax.Array) -> jax.Array:
     its own block of ``x``, with no communication between the devices. The mesh is
     ``data_mesh(len(x))``.
 
+    How the arguments arrive: each array as a ``jax.Array`` on the default device,
+    not split.
+
     Args:
       x: 1-D array of numbers (any integer, float or complex dtype), any length;
         a ``jax.Array`` or a NumPy array.

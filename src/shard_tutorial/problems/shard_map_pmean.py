@@ -35,6 +35,9 @@ def shard_map_pmean(x: jax.Array) -> jax.Array:
     averages its own block, and one all-reduce averages the devices' means. The
     mesh is ``data_mesh(len(x))``.
 
+    How the arguments arrive: each array as a ``jax.Array`` on the default device,
+    not split.
+
     Args:
       x: 1-D array of floating-point numbers, length n >= 1.
 

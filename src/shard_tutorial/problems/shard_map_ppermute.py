@@ -35,6 +35,9 @@ def shard_map_ppermute(x: jax.Array) -> jax.Array:
     device fetches only the edge elements of its neighbours' blocks (collective
     permutes), never the whole array. The mesh is ``data_mesh(len(x))``.
 
+    How the arguments arrive: each array as a ``jax.Array`` on the default device,
+    not split.
+
     Args:
       x: 1-D array of floating-point numbers, length n >= 1.
 

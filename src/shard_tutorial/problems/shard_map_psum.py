@@ -41,6 +41,9 @@ def shard_map_psum(x: jax.Array) -> jax.Array:
     sums its own block, and one all-reduce adds the partial sums up. The mesh is
     ``data_mesh(len(x))``.
 
+    How the arguments arrive: each array as a ``jax.Array`` on the default device,
+    not split.
+
     Args:
       x: 1-D array of numbers (any integer, float or complex dtype), any length;
         a ``jax.Array`` or a NumPy array.

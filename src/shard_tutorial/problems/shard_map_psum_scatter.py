@@ -46,6 +46,9 @@ def shard_map_psum_scatter(x: jax.Array) -> jax.Array:
     blocks of ``n / d`` sums (the checker's budget, read from the compiled
     program).
 
+    How the arguments arrive: each array as a ``jax.Array`` on the default device,
+    not split.
+
     Args:
       x: 2-D array of numbers, of shape (B, n) with B >= 1 and n >= 1.
 

@@ -47,6 +47,9 @@ def shard_map_simulate(seed: float, x: jax.Array, num_shards: float, features: f
     parameters and shapes, so under ``jax.jit`` they must stay concrete
     numbers (static arguments).
 
+    How the arguments arrive: each array as a ``jax.Array`` on the default device,
+    not split; each number as a Python number.
+
     Args:
       seed: seed of the model's parameters; a whole number, float or int.
       x: 2-D array of shape ``(N, in_dim)`` of numbers (any integer, float or

@@ -43,6 +43,9 @@ def shard_map_vs_vmap(x: jax.Array) -> jax.Array:
     This problem practises ``jax.shard_map`` beside ``jax.vmap``: the
     ``shard_map`` path splits the rows over the devices, with no communication.
 
+    How the arguments arrive: each array as a ``jax.Array`` on the default device,
+    not split.
+
     Args:
       x: 2-D array of shape ``(B, d)``: ``B`` rows of ``d`` numbers (any
         integer, float or complex dtype); a ``jax.Array`` or a NumPy array.

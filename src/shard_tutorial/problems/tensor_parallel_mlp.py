@@ -47,6 +47,9 @@ def tensor_parallel_mlp(x: jax.Array, w1: jax.Array, w2: jax.Array) -> jax.Array
     weights stay split over ``"model"`` (never gathered whole), and one ``psum``
     over ``"model"`` adds the devices' shares of the output.
 
+    How the arguments arrive: each array as a ``jax.Array`` on the default device,
+    not split.
+
     Args:
       x: inputs, shape (B, d).
       w1: first layer, shape (d, h).
