@@ -11,9 +11,9 @@ tagged with its expected verdict, before the problem is published.
 
 They are judged in this process (:func:`judging.check_here`): the worker's step and
 the judge, without the process isolation the checker's own tests cover; the command
-line and ``--processes 2`` run one right answer per problem
-(``tests/distributed/test_solutions_across_processes.py`` and
-:func:`test_one_right_answer_per_problem_passes_the_command_line`).
+line with ``--processes 2`` runs one right answer per problem
+(:func:`test_one_right_answer_per_problem_passes_the_command_line_on_a_cluster`, in
+the ``distributed`` session).
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from shard_tutorial.problems import PROBLEMS
 
 SOLUTIONS = Path(__file__).parent / "solutions"
 VERDICTS = {"fail", "error", "technique", "placement", "reference", "budget", "timeout"}
-ONCE = pytest.mark.once
 SUBPROCESSES = pytest.mark.subprocesses
 
 
@@ -82,14 +81,15 @@ def _one_right_per_problem() -> list[Path]:
     return chosen
 
 
-@ONCE
 @SUBPROCESSES
+@pytest.mark.distributed
 @pytest.mark.parametrize("path", _one_right_per_problem(), ids=_id)
-def test_one_right_answer_per_problem_passes_the_command_line(path):
+def test_one_right_answer_per_problem_passes_the_command_line_on_a_cluster(path):
+    # The whole command line, on 1 device and on 2 processes x 4 devices (gloo).
     run = subprocess.run(
         [sys.executable, "-m", "shard_tutorial", "check", path.parent.name, str(path),
-         "--seed", "0"],
+         "--seed", "0", "--processes", "2"],
         capture_output=True, text=True, timeout=900, check=False,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "PASSED: every case on 1 and 8 devices" in run.stdout
+    assert "PASSED: every case on 1 device and 2 processes x 4 devices" in run.stdout

@@ -1,5 +1,6 @@
-"""jax.pmap over the "model" axis with jax.lax.ppermute inside (n - 1 hops in a Python loop);
-pmap's per-device blocks of rows assembled with jax.make_array_from_single_device_arrays (no copy)."""
+"""jax.pmap with jax.lax.ppermute inside, fed by reshaping the whole of h: the reshape of an
+array split over the devices makes XLA bring h together first (its all-reduces), which the
+statement's "no all-reduce" refuses, whatever the ring inside pmap does."""
 
 import math
 
@@ -10,6 +11,10 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shard_tutorial import axis_mesh  # axis_mesh("model", length): a 1-D mesh
+
+VERDICT = "technique"
+PHRASE = "all-reduce"
+DEVICES = (8,)
 
 
 def collective_matmul_reduce_scatter(h: jax.Array, w: jax.Array) -> jax.Array:
