@@ -11,7 +11,7 @@ from jax.sharding import PartitionSpec as P
 from shard_tutorial import axis_mesh  # axis_mesh("expert", length): a 1-D mesh
 
 VERDICT = "fail"
-PHRASE = "expert"
+PHRASE = "own device"
 DEVICES = (8,)
 
 

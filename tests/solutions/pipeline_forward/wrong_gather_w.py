@@ -8,8 +8,8 @@ from jax.sharding import PartitionSpec as P
 from shard_tutorial import axis_mesh  # axis_mesh("stage", L): the stages
 
 VERDICT = "technique"
-PHRASE = "all-gather"
-DEVICES = (8,)
+PHRASE = "no collective-permute"
+DEVICES = (1, 8)
 
 
 def on_stages(per_stage, x, w, check_vma=True):
