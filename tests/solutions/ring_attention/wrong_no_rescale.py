@@ -10,7 +10,7 @@ from jax.sharding import PartitionSpec as P
 from shard_tutorial import axis_mesh  # axis_mesh("seq", T): a mesh that divides T
 
 VERDICT = "fail"
-PHRASE = "rescal"
+PHRASE = "without rescaling"
 DEVICES = (8,)
 
 
