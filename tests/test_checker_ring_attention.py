@@ -287,7 +287,7 @@ def test_collecting_every_block_then_attending_is_over_the_held_budget(device_co
     status, message = big
     assert status == "budget", message
     assert "its arguments, outputs and temporaries" in message
-    assert "where this problem allows 327,679" in message
+    assert "where this problem allows 360,447" in message
 
 
 def test_the_reference_wrapped_is_the_packages_own(tmp_path):
