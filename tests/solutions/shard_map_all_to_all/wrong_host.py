@@ -1,0 +1,20 @@
+"""Shortcut: transposed on the host with NumPy, then placed on the mesh."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from shard_tutorial import data_mesh  # a mesh that divides any length
+
+VERDICT = "technique"
+PHRASE = "with NumPy or Python"
+DEVICES = (1, 8)
+
+
+def shard_map_all_to_all(x: jax.Array) -> jax.Array:
+    host = np.asarray(x)
+    return jax.device_put(np.ascontiguousarray(host.T), NamedSharding(data_mesh(math.gcd(*host.shape)), P("data")))
