@@ -6,7 +6,8 @@ alone, in the styles readers write them (jitted and eager; ``lax.scan``,
 passed in; ``check_vma=False``): ``right_*.py`` must pass every case the check runs,
 at this suite's device count (1 and 8) and on both stacks, and ``wrong_*.py`` must get
 the verdict its ``VERDICT`` names, with ``PHRASE`` in its message, at each device
-count its ``DEVICES`` lists, as Codeforces' Polygon runs every solution of a problem,
+count its ``DEVICES`` lists (one whose ``OPEN`` says why the checker lets it through
+today is an expected failure, strict: closing the gap makes the test say so), as Codeforces' Polygon runs every solution of a problem,
 tagged with its expected verdict, before the problem is published.
 
 They are judged in this process (:func:`judging.check_here`): the worker's step and
@@ -62,9 +63,11 @@ def test_a_right_answer_passes(path):
 
 
 @pytest.mark.parametrize("path", _files("wrong"), ids=_id)
-def test_a_wrong_answer_gets_its_verdict(path):
+def test_a_wrong_answer_gets_its_verdict(path, request):
     spec = runpy.run_path(str(path), run_name="expectations")
     verdict, phrase = spec["VERDICT"], spec["PHRASE"]
+    if "OPEN" in spec:  # a gap the checker does not close yet: it must still pass, until fixed
+        request.applymarker(pytest.mark.xfail(reason=spec["OPEN"], strict=True))
     devices = tuple(spec.get("DEVICES", (1, 8)))
     assert verdict in VERDICTS, f"{path}: VERDICT {verdict!r}"
     if jax.device_count() not in devices:

@@ -119,7 +119,9 @@ MAX_HANGS = 2
 EXIT_GRACE = 2.0
 """Seconds a finished process may take to exit before its whole session is killed: a
 thread or a process the solution started must not keep the check waiting."""
-_HEADER_LIMIT = 64 << 20  # bytes a report's header may take: every program of an eager call, read in
+_HEADER_LIMIT = (
+    64 << 20
+)  # bytes a report's header may take: every program of an eager call, read in
 _PAYLOAD_LIMIT = MEMORY_LIMIT  # bytes of values one report may carry
 _READ_SLICE = 0.5  # seconds of reading a worker's output before its limits are looked at
 _POLL = 0.1  # seconds between looks at whether the worker ended or the check was cancelled
