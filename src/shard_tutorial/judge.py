@@ -306,14 +306,6 @@ def _judge_how(
             "right values, but no program the checker could see computed them (returned "
             f"as given, or made outside jax.jit's and jax.shard_map's programs): {practises}"
         )
-    if int(how.get("unknown", 0) or 0) > 0:
-        return "technique", (
-            "right values, but part of them comes from arrays made during the call where the "
-            "checker cannot see how (computed in another thread, by an ahead-of-time "
-            "compiled program called directly, or by jax.make_array_from_callback): what it "
-            "cannot see is not credited. Compute the answer in the calling thread, with "
-            f"jax.jit or jax.shard_map called as functions: {practises}"
-        )
     latest = max((m for m in made_at if m is not None), default=None)
     considered = [p for p in programs if latest is None or int(p["order"]) <= latest]
     called_back = [t for p in considered for t in host_callbacks(str(p.get("text", "")))]
