@@ -14,7 +14,7 @@ from shard_tutorial import data_mesh  # a mesh that divides any length
 
 VERDICT = "technique"
 PHRASE = "shard_map"
-DEVICES = (1, 8)
+DEVICES = (8,)  # open: on one device a pmap answer is not refused (it is on 8)
 
 
 def data_parallel_sgd_step(w: jax.Array, b: jax.Array, x: jax.Array, y: jax.Array, lr: float) -> tuple[jax.Array, jax.Array]:

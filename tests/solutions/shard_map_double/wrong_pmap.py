@@ -10,7 +10,7 @@ from shard_tutorial import data_mesh  # a mesh that divides any length
 
 VERDICT = "technique"
 PHRASE = "jax.shard_map"
-DEVICES = (1, 8)
+DEVICES = (8,)  # open: on one device a pmap answer is not refused (it is on 8)
 
 
 def shard_map_double(x: jax.Array) -> jax.Array:
