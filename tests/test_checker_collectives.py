@@ -212,8 +212,11 @@ def test_right_sums_held_whole_by_every_device_are_flagged(tmp_path, device_coun
     if device_count == 1:  # a sum over one device adds nothing: shard_map alone is asked
         assert statuses == {"pass"}, str(report)
         return
-    # Right values everywhere; a psum where psum_scatter is practised.
-    assert statuses == {"technique"}, str(report)
+    # Right values everywhere; a psum where psum_scatter is practised, on every case whose
+    # mesh has several devices (on a mesh of one, shard_map alone is asked: pass*).
+    assert {r.status for r in run.results if not r.message.startswith("collectives not")} == {
+        "technique"
+    }, str(report)
     assert "1 all-reduce of" in flat(str(report)), str(report)
 
 

@@ -150,8 +150,9 @@ def test_the_held_budget_separates_the_ring_from_gathering(device_count):
         mesh = axis_mesh("seq", length)
         gathered, gathered_peak = _memory(_gather_then_attend(mesh, causal), length, depth)
         assert ring < limits["held"] < gathered, case.label
-        # Less than its own blocks of q, k, v and the output, and the whole of k and v:
-        assert limits["held"] == 4 * k.nbytes // 8 + 2 * k.nbytes - 1, case.label
+        # Less than six blocks (its own of q, k, v and the output, two in flight) and the
+        # whole of k and v:
+        assert limits["held"] == 6 * k.nbytes // 8 + 2 * k.nbytes - 1, case.label
         # XLA's peak on CPU counts arguments and outputs only: it cannot tell them apart.
         assert abs(ring_peak - gathered_peak) <= 64, case.label
         judged += 1
