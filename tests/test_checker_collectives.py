@@ -214,9 +214,11 @@ def test_right_sums_held_whole_by_every_device_are_flagged(tmp_path, device_coun
         return
     # Right values everywhere; a psum where psum_scatter is practised, on every case whose
     # mesh has several devices (on a mesh of one, shard_map alone is asked: pass*).
-    assert {r.status for r in run.results if not r.message.startswith("collectives not")} == {
-        "technique"
-    }, str(report)
+    judged = [r for r in run.results if not (r.status == "pass" and r.message)]
+    # Where the reduce-scatter would span one device, its absence is no mistake, but the
+    # sums held whole on every device still are: PLACEMENT.
+    assert {r.status for r in judged} <= {"technique", "placement"}, str(report)
+    assert "technique" in {r.status for r in judged}, str(report)
     assert "1 all-reduce of" in flat(str(report)), str(report)
 
 
