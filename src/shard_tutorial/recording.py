@@ -174,7 +174,8 @@ class Recording:
         # The recording holds every event's outputs (to compare their values with the
         # answer later): an array only it holds is not one the code kept.
         recorded: dict[int, int] = {}
-        for event in [*self.runs, *self.copies]:
+        events: list[Run | Copy] = [*self.runs, *self.copies]
+        for event in events:
             for output in event.outputs:
                 recorded[id(output)] = recorded.get(id(output), 0) + 1
         # What counts an object held by nobody else in a loop like the one below (the
