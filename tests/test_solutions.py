@@ -80,16 +80,39 @@ def test_a_wrong_answer_gets_its_verdict(path, request):
     assert got, f"expected {verdict} with {phrase!r}:\n{report}"
 
 
+# The right answer of each problem that runs on a cluster: jitted ones (an eager
+# shard_map compiles every operation on its own, minutes on 2 cores for the eager MoE),
+# each one its author checked with --processes 2.
+ON_A_CLUSTER = {
+    "collective_matmul_all_gather": "right_fori_unrolled",
+    "collective_matmul_reduce_scatter": "right_fori_unrolled",
+    "data_parallel_sgd_step": "right_jit_pmean_loss",
+    "expert_parallel_moe": "right_einsum_jit",
+    "fsdp_sgd_step": "right_jit_gather_in_loss",
+    "nnx_data_parallel_step": "right_check_vma_false",
+    "pipeline_forward": "right_python_ticks_jit",
+    "ring_attention": "right_scan_jit",
+    "shard_map_all_gather": "right_tiled_jit",
+    "shard_map_all_to_all": "right_tiled_jit",
+    "shard_map_axis_index": "right_all_gather_jit",
+    "shard_map_double": "right_jit",
+    "shard_map_pmean": "right_jit",
+    "shard_map_ppermute": "right_jit",
+    "shard_map_psum": "right_jit",
+    "shard_map_psum_scatter": "right_tiled_jit",
+    "shard_map_simulate": "right_jit_static",
+    "shard_map_vs_vmap": "right_jit",
+    "tensor_parallel_mlp": "right_jit",
+}
+
+
 def _one_right_per_problem() -> list[Path]:
-    chosen = []
-    for name in sorted(PROBLEMS):
-        rights = sorted((SOLUTIONS / name).glob("right_*.py"))
-        # A jitted one where there is one: an eager shard_map compiles every operation on
-        # its own, and the cluster runs every case (minutes, on 2 cores, for the eager MoE).
-        rights.sort(key=lambda p: ("jit" not in p.stem, "eager" in p.stem))
-        if rights:
-            chosen.append(rights[0])
-    return chosen
+    return [SOLUTIONS / name / f"{ON_A_CLUSTER[name]}.py" for name in sorted(ON_A_CLUSTER)]
+
+
+def test_every_problem_has_a_right_answer_for_the_cluster():
+    assert set(ON_A_CLUSTER) == set(PROBLEMS)
+    assert all(path.exists() for path in _one_right_per_problem())
 
 
 @SUBPROCESSES
