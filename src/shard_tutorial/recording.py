@@ -150,6 +150,10 @@ class Recording:
     intact: bool = True
     earlier: frozenset[int] | None = None
     _counter: Iterator[int] = dataclasses.field(default_factory=itertools.count, repr=False)
+    # held_besides' count of the references the recording holds to each output, by id, and
+    # how many runs and copies it has counted so far.
+    _recorded: dict[int, int] = dataclasses.field(default_factory=dict, repr=False)
+    _seen: tuple[int, int] = dataclasses.field(default=(0, 0), repr=False)
 
     def held_besides(self, inputs: Sequence[Any]) -> int:
         """The most bytes one device holds in arrays made during the recording, but ``inputs``.
@@ -173,8 +177,11 @@ class Recording:
         skip = self.earlier | {id(a) for a in inputs}
         # The recording holds every event's outputs (to compare their values with the
         # answer later): an array only it holds is not one the code kept.
-        recorded: dict[int, int] = {}
-        events: list[Run | Copy] = [*self.runs, *self.copies]
+        # Counted once per event, as events arrive (an eager call runs hundreds).
+        recorded = self._recorded
+        new_runs, new_copies = self.runs[self._seen[0] :], self.copies[self._seen[1] :]
+        self._seen = (len(self.runs), len(self.copies))
+        events: list[Run | Copy] = [*new_runs, *new_copies]
         for event in events:
             for output in event.outputs:
                 recorded[id(output)] = recorded.get(id(output), 0) + 1
