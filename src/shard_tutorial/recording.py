@@ -190,8 +190,12 @@ class Recording:
         # between Python versions), measured on an object nobody else holds.
         base = next(sys.getrefcount(probe) for probe in [object()])
         per_device: dict[Any, int] = {}
-        for array in jax.live_arrays():
-            if id(array) in skip or array.is_deleted():
+        live = jax.live_arrays()
+        # Counted with the array they are blocks of (ids only: a reference held here
+        # would count as one the code holds).
+        blocks = set(_blocks(live))
+        for array in live:
+            if id(array) in skip or id(array) in blocks or array.is_deleted():
                 continue
             if sys.getrefcount(array) <= base + recorded.get(id(array), 0):
                 continue
@@ -295,26 +299,82 @@ def record() -> Iterator[Recording]:
     recording = Recording()
     previous = getattr(_ACTIVE, "recording", None)
     _ACTIVE.recording = recording
+    # JAX's persistent compilation cache keys a program without its source locations
+    # unless asked: a program read back from it names the lines of whoever compiled it
+    # first (a copy of the same function in another file), and the recording reports
+    # lines. With the locations in the key, each file's program is its own entry.
+    keyed = jax.config.jax_compilation_cache_include_metadata_in_key
+    jax.config.update("jax_compilation_cache_include_metadata_in_key", True)
     try:
         yield recording
     finally:
+        jax.config.update("jax_compilation_cache_include_metadata_in_key", keyed)
         _ACTIVE.recording = previous
         recording.intact = hooks.intact()
 
 
 def _same_values(made: Any, values: np.ndarray) -> Any:
-    """A live array, other than ``made``, whose values are ``values`` exactly; else None."""
+    """A live array, other than ``made``, whose values are ``values`` exactly; else None.
+
+    Where the match is one block of a larger live array (see :func:`_blocks`), the
+    larger array is the source; the blocks ``made`` was put together from are not.
+    """
     if values.size == 0:
         return None
-    for array in jax.live_arrays():
+    live = jax.live_arrays()
+    blocks = _blocks(live)
+    for array in live:
         if array is made or array.shape != values.shape or array.dtype != values.dtype:
+            continue
+        whole = blocks.get(id(array), array)
+        if whole is made:
             continue
         try:
             if array.is_fully_addressable and np.array_equal(np.asarray(array), values):
-                return array
+                return whole
         except Exception:  # noqa: BLE001, S112 (an array that cannot be read here)
             continue
     return None
+
+
+def _buffers(array: Any) -> set[int]:
+    """The addresses of the device buffers behind ``array``'s blocks on this process."""
+    found = set()
+    for shard in getattr(array, "addressable_shards", ()):
+        try:
+            found.add(shard.data.unsafe_buffer_pointer())
+        except Exception:  # noqa: BLE001, S112 (a deleted or donated block: no buffer)
+            continue
+    return found
+
+
+def _blocks(live: Sequence[Any]) -> dict[int, Any]:
+    """Each live array that is one block of another live array: its ``id``, and that array.
+
+    jax 0.10 keeps each block of an array it has read (``np.asarray``) as a live
+    array of its own, on one device, holding the very buffer of that block; jax 0.12
+    lists only the arrays a program made. A block is its array's bytes, not more.
+    """
+    singles: dict[int, list[Any]] = {}  # a buffer may have several such arrays
+    for array in live:
+        try:
+            if len(array.sharding.device_set) == 1 and not array.is_deleted():
+                singles.setdefault(array.unsafe_buffer_pointer(), []).append(array)
+        except Exception:  # noqa: BLE001, S112 (no single buffer to read: not a block)
+            continue
+    found: dict[int, Any] = {}
+    if not singles:
+        return found
+    for whole in live:
+        try:
+            if len(whole.sharding.device_set) == 1 or whole.is_deleted():
+                continue
+        except Exception:  # noqa: BLE001, S112 (an array JAX cannot describe)
+            continue
+        for pointer in _buffers(whole):
+            for block in singles.get(pointer, ()):
+                found[id(block)] = whole
+    return found
 
 
 def _current() -> Recording | None:

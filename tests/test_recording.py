@@ -1,0 +1,92 @@
+"""What the recorder (shard_tutorial.recording) sees of arrays: the same bytes once.
+
+JAX 0.10 keeps each block of an array it has read (``np.asarray``) as a live array of
+its own, on one device, holding the very buffer of that block; JAX 0.12 does not. The
+recorder reads ``jax.live_arrays()`` for what a call holds and for where host data came
+from, so on the oldest stack these blocks must count as their array, not beside it.
+(The oldest session runs this module at 8 devices: there the blocks exist.)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from shard_tutorial import data_mesh
+from shard_tutorial.recording import record
+
+
+def test_an_array_read_on_the_host_is_held_once_not_once_more_per_block():
+    mesh = data_mesh(64)
+    with record() as recording:
+        recording.earlier = frozenset(id(a) for a in jax.live_arrays())
+        kept = jax.device_put(jnp.ones(64), NamedSharding(mesh, P("data")))
+        np.asarray(kept)  # jax 0.10: one more live array per block, the same buffers
+        held = recording.held_besides(())
+    assert held == 64 * 4 // mesh.size  # a block of float32 per device
+    del kept
+
+
+def test_host_data_equal_to_a_block_comes_from_the_whole_array():
+    mesh = data_mesh(8)
+    whole = NamedSharding(mesh, P())
+    with record() as recording:
+        total = jax.jit(jnp.sum, out_shardings=whole)(jnp.arange(8.0))
+        host = np.asarray(total)  # jax 0.10 keeps total's blocks alive, each equal to it
+        made = jax.make_array_from_callback((), whole, lambda index: host[index])
+    assert recording.copies[-1].outputs == (made,)
+    # The copy's source is the program's output, not one of its blocks, nor host data.
+    assert recording.copies[-1].inputs == (id(total),)
+
+
+@pytest.mark.subprocesses
+def test_a_program_read_back_from_the_persistent_cache_names_its_own_file(tmp_path: Path):
+    # JAX's persistent compilation cache keys a program without its source lines unless
+    # asked; the recording asks, so a copy of a function in another file, compiled to the
+    # same program, is named with its own lines (the cache is only read by a new process).
+    body = "import jax\n\ndef total(x):\n    return jax.lax.psum(x, 'i')\n"
+    for name in ("first", "second"):
+        (tmp_path / f"{name}.py").write_text(body)
+    script = textwrap.dedent(
+        """
+        import sys
+        import jax
+        jax.config.update("jax_num_cpu_devices", 2)
+        import jax.numpy as jnp
+        from jax.sharding import PartitionSpec as P
+        from shard_tutorial.explain import explain
+        sys.path.insert(0, sys.argv[1])
+        module = __import__(sys.argv[2])
+        mesh = jax.sharding.Mesh(jax.devices(), ("i",))
+        f = jax.jit(jax.shard_map(module.total, mesh=mesh, in_specs=P("i"), out_specs=P()))
+        found = explain(f, jnp.ones(4), show=False)
+        print(sorted({c.line.file for c in found.communications if c.line}))
+        """
+    )
+    env = {
+        **os.environ,
+        "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "cache"),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+    }
+    run = [sys.executable, "-c", script, str(tmp_path)]
+    printed = [
+        subprocess.run(
+            [*run, name], env=env, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        for name in ("first", "second")
+    ]
+    assert printed == [
+        str([str(tmp_path / "first.py")]),
+        str([str(tmp_path / "second.py")]),
+    ]
