@@ -54,6 +54,8 @@ def check_here(
     *,
     seed: int = 0,
     few: bool = True,
+    lean: bool = False,
+    until: Callable[[CaseResult], bool] | None = None,
 ) -> CheckReport:
     """What ``shard_tutorial.check`` reports, for this process' device count only, run here.
 
@@ -61,30 +63,49 @@ def check_here(
     runs them; each is judged by the checker's judge. ``solution`` is a function or
     the path of a file that defines it (loaded as the checker's worker loads it).
     For tests of what the checker says about a solution; the checker itself runs a
-    reader's code in processes of its own. With ``few``, only the first two cases
-    and four whose mesh has several devices on 8 (one on 1 device, where they are all
-    alike), and no random ones: a mistake shows on those, in a fraction of the time
-    (every case compiles its own programs).
+    reader's code in processes of its own.
+
+    With ``few``, only the first two cases and four whose mesh has several devices on
+    8 (one on 1 device, where they are all alike), and no random ones: a mistake
+    shows on those, in a fraction of the time (every case compiles its own programs;
+    an eager ``shard_map`` compiles each of its operations anew at every call, a
+    thousand programs for a ring of 8). ``lean`` keeps two of the four: the first,
+    and the largest whose bytes held a budget limits (else the second). Without
+    ``few``, every case and random ones, those same few first. With ``until``, the
+    check stops at the first result it accepts (a wrong answer's verdict, found: the
+    rest cannot change the test's outcome).
     """
     problem = problem if isinstance(problem, Problem) else get_problem(problem)
     if not callable(solution):
         solution = load_solution({"kind": "file", "path": str(solution), "function": problem.name})
-    cases = list(problem.cases)
-    if few:
-        split = [
-            c
-            for c in cases[2:]
-            if math.prod(problem.mesh_shape(c, 8)) >= 2
-            and all(np.size(a) > 0 for a in c.args if isinstance(a, np.ndarray))
-        ]
-        cases = cases[:2] + split[: 4 if jax.device_count() > 1 else 1]
-    elif problem.generate is not None:
-        rng = np.random.default_rng(seed)
-        cases += [problem.generate(rng) for _ in range(RANDOM_CASES)]
+    every = list(problem.cases)
+    split = [
+        c
+        for c in every[2:]
+        if math.prod(problem.mesh_shape(c, 8)) >= 2
+        and all(np.size(a) > 0 for a in c.args if isinstance(a, np.ndarray))
+    ]
+    if not lean:
+        cases = every[:2] + split[: 4 if jax.device_count() > 1 else 1]
+    else:
+        # Two split cases on 8: the first, and the last whose budget limits the bytes
+        # held (the largest: where a right answer comes closest to the limit), else
+        # the second.
+        held = [c for c in split[1:] if problem.budget and "held" in problem.budget.limits(c.args)]
+        cases = (
+            every[:2] + split[:1] + ((held[-1:] or split[1:2]) if jax.device_count() > 1 else [])
+        )
+    if not few:
+        cases += [c for c in every if c not in cases]
+        if problem.generate is not None:
+            rng = np.random.default_rng(seed)
+            cases += [problem.generate(rng) for _ in range(RANDOM_CASES)]
     results = []
     for case in cases:
         status, message = judged(problem, solution, case)
         results.append(CaseResult(case.label, problem.describe(case), status, message))
+        if until is not None and until(results[-1]):
+            break
     run = DeviceRun(jax.device_count(), tuple(results))
     return CheckReport(problem.name, f"{problem.name} (in this process)", (run,), 0.0, seed)
 

@@ -424,7 +424,7 @@ def explain(
       >>> [(c.kind, c.asked, c.code) for c in found.communications]
       [('all-reduce', True, 'return jax.lax.psum(block.sum(), "data")')]
       >>> found.arguments[0].sharding
-      "P('data',) over data=8"
+      "P('data') over data=8"
     """
     from shard_tutorial.recording import record  # noqa: PLC0415 (its hooks load on use)
 

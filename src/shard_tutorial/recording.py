@@ -313,25 +313,22 @@ def record() -> Iterator[Recording]:
         recording.intact = hooks.intact()
 
 
-def _same_values(made: Any, values: np.ndarray) -> Any:
-    """A live array, other than ``made``, whose values are ``values`` exactly; else None.
+def _same_values(values: np.ndarray, before: set[int]) -> Any:
+    """An array that lived before (its ``id`` in ``before``) whose values are ``values``.
 
-    Where the match is one block of a larger live array (see :func:`_blocks`), the
-    larger array is the source; the blocks ``made`` was put together from are not.
+    Where the match is one block of a larger array that lived before (see
+    :func:`_blocks`), the larger array is the source. None if there is none.
     """
     if values.size == 0:
         return None
-    live = jax.live_arrays()
+    live = [a for a in jax.live_arrays() if id(a) in before]
     blocks = _blocks(live)
     for array in live:
-        if array is made or array.shape != values.shape or array.dtype != values.dtype:
-            continue
-        whole = blocks.get(id(array), array)
-        if whole is made:
+        if array.shape != values.shape or array.dtype != values.dtype:
             continue
         try:
             if array.is_fully_addressable and np.array_equal(np.asarray(array), values):
-                return whole
+                return blocks.get(id(array), array)
         except Exception:  # noqa: BLE001, S112 (an array that cannot be read here)
             continue
     return None
@@ -538,14 +535,16 @@ class _Hooks:
         self.from_blocks = array_module.make_array_from_single_device_arrays
 
         def from_callback_and_record(*args: Any, **kwargs: Any) -> Any:
-            made = hooks.from_callback(*args, **kwargs)
             recording = _current()
+            # What lived before: a source is among these, not the blocks made comes with.
+            before = {id(a) for a in jax.live_arrays()} if recording is not None else set()
+            made = hooks.from_callback(*args, **kwargs)
             if recording is not None:
                 # Its values as the host gave them: where it has every block, all of them.
                 host = np.asarray(made) if made.is_fully_addressable else np.empty(0)
                 # The same values as an array that is still alive: a new layout of that
                 # array, read through the host (as shard_tutorial.place does), not host data.
-                source = _same_values(made, host)
+                source = _same_values(host, before)
                 with _LOCK:
                     recording.copies.append(
                         Copy(

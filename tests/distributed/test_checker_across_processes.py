@@ -94,9 +94,10 @@ def test_a_mesh_of_local_devices_passes_on_one_process_and_fails_on_a_cluster(tm
     assert ran.returncode == 1, ran.stdout + ran.stderr
     text = ran.stdout
     assert f"on 1 device and {CLUSTER}: FAILED ({CLUSTER}: " in text.splitlines()[0]
-    # Where the mesh has several devices per process; of one device, it is the same array.
+    # Where the mesh has several devices per process; of one device, it is the same array
+    # (and a pass judged in part: one device asks for jax.shard_map alone).
     assert any(
-        line.startswith("length 64, random") and line.split()[-2:] == ["pass", "WRONG"]
+        line.startswith("length 64, random") and line.split()[-2:] == ["pass*", "WRONG"]
         for line in text.splitlines()
     ), text
     assert f"What went wrong on {CLUSTER}:" in text
