@@ -54,7 +54,7 @@ def check_here(
     *,
     seed: int = 0,
     few: bool = True,
-    lean: bool = False,
+    lean: bool | str = False,
     until: Callable[[CaseResult], bool] | None = None,
 ) -> CheckReport:
     """What ``shard_tutorial.check`` reports, for this process' device count only, run here.
@@ -70,8 +70,9 @@ def check_here(
     shows on those, in a fraction of the time (every case compiles its own programs;
     an eager ``shard_map`` compiles each of its operations anew at every call, a
     thousand programs for a ring of 8). ``lean`` keeps two of the four: the first,
-    and the largest whose bytes held a budget limits (else the second). Without
-    ``few``, every case and random ones, those same few first. With ``until``, the
+    and the largest whose bytes held a budget limits (else the second); ``"eager"``
+    keeps the statement's example and one of the four (that largest, else the first).
+    Without ``few``, every case and random ones, those same few first. With ``until``, the
     check stops at the first result it accepts (a wrong answer's verdict, found: the
     rest cannot change the test's outcome).
     """
@@ -95,6 +96,11 @@ def check_here(
         cases = (
             every[:2] + split[:1] + ((held[-1:] or split[1:2]) if jax.device_count() > 1 else [])
         )
+        if lean == "eager":
+            # Eager code compiles each operation of each call anew (a thousand programs
+            # for a ring of 8 on one case): the statement's example and one split case,
+            # the largest held if any.
+            cases = every[:1] + ((held[-1:] or split[:1]) if jax.device_count() > 1 else [])
     if not few:
         cases += [c for c in every if c not in cases]
         if problem.generate is not None:
