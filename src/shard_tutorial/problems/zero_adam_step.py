@@ -487,11 +487,14 @@ TECHNIQUE = Technique(
 
 
 def _limits(args: tuple[Any, ...]) -> dict[str, float]:
-    """What a device may send: a reduce-scatter of the gradient and an all-gather of ``w``.
+    """What a device may send: a reduce-scatter of the gradient, an all-gather of ``w``.
 
     Each is ``(n - 1) / n`` of ``w``'s bytes per device (the ring's figure, see
     :func:`shard_tutorial.compiled.ring_bytes`), together what one all-reduce of
-    ``w`` sends. Gathering the moments whole, or the gradient, sends more.
+    ``w`` sends; and an all-reduce of one number, the ``pmean`` of the loss,
+    which a jitted step leaves out (``jax.grad`` does not use the loss's value)
+    but an eager ``shard_map`` runs. Gathering the moments whole, or the
+    gradient, sends more.
 
     Examples:
       >>> import jax, numpy as np
@@ -499,22 +502,26 @@ def _limits(args: tuple[Any, ...]) -> dict[str, float]:
       >>> ones = np.ones((16, 2), np.float32)
       >>> args = (ones, ones, ones, np.ones((32, 16), np.float32), np.ones((32, 2), np.float32), 1, 0.1)
       >>> n = min(jax.device_count(), 8)
-      >>> _limits(args) == ({"sent": 2 * (n - 1) / n * 16 * 2 * 4} if n > 1 else {})
+      >>> _limits(args) == ({"sent": 2 * (n - 1) / n * (16 * 2 + 1) * 4} if n > 1 else {})
       True
     """
     n = _shared_devices(args, jax.device_count())
     if n <= 1:
         return {}
-    w = args[0]
-    whole = int(np.size(w)) * max(np.dtype(a.dtype).itemsize for a in args[:5])
-    return {"sent": 2 * (n - 1) / n * whole}
+    item = max(np.dtype(a.dtype).itemsize for a in args[:5])
+    return {"sent": 2 * (n - 1) / n * (int(np.size(args[0])) + LOSS_NUMBERS) * item}
+
+
+LOSS_NUMBERS = 1
+"""The numbers of the loss's ``pmean`` the budget allows besides ``w``'s (an eager call runs it)."""
 
 
 BUDGET = Budget(
     _limits,
     "ZeRO sends a reduce-scatter of the gradient and an all-gather of the new w, each "
-    "(n - 1) / n of w's bytes from each device: what one all-reduce of the gradient "
-    "sends; gathering the moments or the gradient whole sends more",
+    "(n - 1) / n of w's bytes from each device, what one all-reduce of the gradient "
+    "sends (and the loss's pmean, one number); gathering the moments or the gradient "
+    "whole sends more",
 )
 """What a solution may send per device."""
 
