@@ -67,8 +67,8 @@ MISTAKES = {
         ZERO_STEP.format(gradient=OWN_PART.replace("jax.lax.pcast(w, 'data', to='varying')", "w"),
                          update=CORRECTED),
         "fail",
-        "m and v are those of a gradient 8 times too large, as on 8 devices when it is "
-        "summed over them once more than it should be",
+        ("m and v are those of a gradient 8 times too large, as on 8 devices when it is "
+        "summed over them once more than it should be"),
     ),
     "the gradient all-reduced whole, then sliced": (
         ZERO_STEP.format(
@@ -82,8 +82,8 @@ MISTAKES = {
     "Adam without its bias correction": (
         ZERO_STEP.format(gradient=OWN_PART, update="update = m / (jnp.sqrt(v) + 1e-8)"),
         "fail",
-        "m and v are right, but w moved by lr * m / (sqrt(v) + eps), without Adam's bias "
-        "correction",
+        ("m and v are right, but w moved by lr * m / (sqrt(v) + eps), without Adam's bias "
+        "correction"),
     ),
 }  # fmt: skip
 

@@ -119,17 +119,21 @@ def test_each_device_keeps_only_its_rows_of_the_moments(device_count):
 
 def test_a_gradient_summed_once_too_often_is_explained():
     case = _case(32, 16, 3, seed=5)
-    verdict = PROBLEM.diagnose(case, tuple(a.astype(np.float32) for a in _with_gradient_scaled(case, 8)))
+    verdict = PROBLEM.diagnose(
+        case, tuple(a.astype(np.float32) for a in _with_gradient_scaled(case, 8))
+    )
     assert "m and v are those of a gradient 8 times too large" in verdict
     assert 'jax.lax.pcast(w, "data", to="varying")' in verdict
 
 
 def test_no_bias_correction_is_explained():
     case = _case(16, 8, 2, seed=5, step=2)
-    w, m, v, x, y, step, lr = case.args
+    w, *_, lr = case.args
     _, new_m, new_v = oracle(*case.args)
     uncorrected = w - lr * new_m / (np.sqrt(new_v) + 1e-8)
-    verdict = PROBLEM.diagnose(case, tuple(a.astype(np.float32) for a in (uncorrected, new_m, new_v)))
+    verdict = PROBLEM.diagnose(
+        case, tuple(a.astype(np.float32) for a in (uncorrected, new_m, new_v))
+    )
     assert verdict.startswith("w: values:")  # m and v are right
     assert "without Adam's bias correction: at step 2" in verdict
 
@@ -143,7 +147,9 @@ def test_the_placement_verdicts_name_the_specs():
 
 def _args(**changes: object) -> tuple[object, ...]:
     names = ("w", "m", "v", "x", "y", "step", "lr")
-    base = dict(zip(names, (np.ones((3, 2)),) * 3 + (np.ones((4, 3)), np.ones((4, 2)), 1, 0.1), strict=True))
+    base = dict(
+        zip(names, (np.ones((3, 2)),) * 3 + (np.ones((4, 3)), np.ones((4, 2)), 1, 0.1), strict=True)
+    )
     base.update(changes)
     return tuple(base[n] for n in names)
 

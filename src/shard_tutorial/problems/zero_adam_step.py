@@ -124,7 +124,7 @@ def zero_adam_step(
       >>> w.sharding.is_fully_replicated, m.addressable_shards[0].data.shape
       (True, (2, 2))
     """
-    step, rate = check_inputs(w, m, v, x, y, step, lr)
+    step, rate = _check_inputs(w, m, v, x, y, step, lr)
     mesh = data_mesh_for(x, w, m, v, y, rate, length=math.gcd(x.shape[0], w.shape[0]))
     w = place(w, NamedSharding(mesh, P()))  # the whole w on every device
     m, v = place((m, v), NamedSharding(mesh, P("data", None)))  # a block of rows each
@@ -153,13 +153,13 @@ def _local_step(
     g = jax.lax.psum_scatter(own, "data", scatter_dimension=0, tiled=True)
     rows = g.shape[0]
     w_rows = jax.lax.dynamic_slice_in_dim(w, jax.lax.axis_index("data") * rows, rows, axis=0)
-    new_w_rows, m_rows, v_rows = adam_update(w_rows, m_rows, v_rows, g, step, lr)
+    new_w_rows, m_rows, v_rows = _adam_update(w_rows, m_rows, v_rows, g, step, lr)
     # to="invarying": typed the same on every device, so out_specs=P() is allowed.
     new_w = jax.lax.all_gather(new_w_rows, "data", axis=0, tiled=True, to="invarying")
     return new_w, m_rows, v_rows
 
 
-def adam_update(
+def _adam_update(
     w: jax.Array, m: jax.Array, v: jax.Array, g: jax.Array, step: Any, lr: Any
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Adam's update of ``w``, ``m`` and ``v`` from the gradient ``g``, as ``optax.adam``.
@@ -168,15 +168,16 @@ def adam_update(
 
     Examples:
       >>> import jax.numpy as jnp
-      >>> from shard_tutorial.problems.zero_adam_step import adam_update
-      >>> adam_update(jnp.zeros(2), jnp.zeros(2), jnp.zeros(2), jnp.array([-10.0, 1.0]), 1, 0.1)
+      >>> from shard_tutorial.problems.zero_adam_step import _adam_update
+      >>> _adam_update(jnp.zeros(2), jnp.zeros(2), jnp.zeros(2), jnp.array([-10.0, 1.0]), 1, 0.1)
       (Array([ 0.1, -0.1], dtype=float32), Array([-1. ,  0.1], dtype=float32), Array([0.1  , 0.001], dtype=float32))
     """
-    m = B1 * m + (1 - B1) * g
-    v = B2 * v + (1 - B2) * g**2
-    m_hat = m / (1 - B1**step)
-    v_hat = v / (1 - B2**step)
-    return w - lr * m_hat / (jnp.sqrt(v_hat) + EPS), m, v
+    b1, b2, eps = 0.9, 0.999, 1e-8  # optax.adam's defaults
+    m = b1 * m + (1 - b1) * g
+    v = b2 * v + (1 - b2) * g**2
+    m_hat = m / (1 - b1**step)
+    v_hat = v / (1 - b2**step)
+    return w - lr * m_hat / (jnp.sqrt(v_hat) + eps), m, v
 
 
 @functools.cache
@@ -193,7 +194,7 @@ def _zero_step(mesh: Mesh) -> Callable[..., tuple[jax.Array, jax.Array, jax.Arra
     )
 
 
-def check_inputs(
+def _check_inputs(
     w: object, m: object, v: object, x: object, y: object, step: object, lr: object
 ) -> tuple[Any, Any]:
     """Raise unless the arguments of the step fit together; return ``(step, lr)`` as numbers.
@@ -208,15 +209,15 @@ def check_inputs(
 
     Examples:
       >>> import jax.numpy as jnp
-      >>> from shard_tutorial.problems.zero_adam_step import check_inputs
+      >>> from shard_tutorial.problems.zero_adam_step import _check_inputs
       >>> ones = jnp.ones((3, 2))
-      >>> check_inputs(ones, ones, ones, jnp.ones((4, 3)), jnp.ones((4, 2)), 2, 0.1)
+      >>> _check_inputs(ones, ones, ones, jnp.ones((4, 3)), jnp.ones((4, 2)), 2, 0.1)
       (2, 0.1)
-      >>> check_inputs(ones, jnp.ones((2, 3)), ones, jnp.ones((4, 3)), jnp.ones((4, 2)), 2, 0.1)
+      >>> _check_inputs(ones, jnp.ones((2, 3)), ones, jnp.ones((4, 3)), jnp.ones((4, 2)), 2, 0.1)
       Traceback (most recent call last):
       ...
       ValueError: m must have w's shape (D, F) = (3, 2), got (2, 3)
-      >>> check_inputs(ones, ones, ones, jnp.ones((4, 3)), jnp.ones((4, 2)), 0, 0.1)
+      >>> _check_inputs(ones, ones, ones, jnp.ones((4, 3)), jnp.ones((4, 2)), 0, 0.1)
       Traceback (most recent call last):
       ...
       ValueError: step must be a whole number >= 1, got 0
@@ -253,7 +254,9 @@ def check_inputs(
             "squared error of no elements is not a number"
         )
         raise ValueError(msg)
-    count = step if isinstance(step, jax.core.Tracer) else require_whole_number(step, "step", minimum=1)
+    count = (
+        step if isinstance(step, jax.core.Tracer) else require_whole_number(step, "step", minimum=1)
+    )
     return count, require_finite_number(lr, "lr")
 
 
@@ -304,7 +307,7 @@ def unsharded(
       Array([[-1.]], dtype=float32)
     """
     g = jax.grad(lambda w: jnp.mean((x @ w - y) ** 2))(w)
-    return adam_update(w, m, v, g, step, lr)
+    return _adam_update(w, m, v, g, step, lr)
 
 
 def _shared_devices(args: tuple[Any, ...], devices: int) -> int:
@@ -328,7 +331,7 @@ def _mesh(args: tuple[Any, ...], devices: int) -> tuple[int, ...]:
 
 def _explain(
     case: Case,
-    expected: tuple[np.ndarray, ...],
+    _expected: tuple[np.ndarray, ...],
     received: tuple[np.ndarray, ...],
 ) -> str | None:
     """Recognise the ZeRO step's classic mistakes in a wrong ``(w, m, v)``.
@@ -345,7 +348,7 @@ def _explain(
       >>> print(_explain(case, None, _with_gradient_scaled(case, 8)))
       m and v are those of a gradient 8 times too large, as on 8 devices when it is summed...
     """
-    w, m, v, x, y, step, lr = case.args
+    w, _, _, x, _, step, lr = case.args
     got = tuple(precise(np.asarray(r)) for r in received)
     if any(g.shape != np.shape(w) for g in got):
         return None
@@ -429,7 +432,9 @@ def _generate(rng: np.random.Generator) -> Case:
     f = int(rng.integers(1, 5))
     step = int(rng.integers(1, 50))
     lr = float(np.round(rng.uniform(0.001, 0.1), 3))
-    return make_case(rng, f"random: N={batch}, D={d}, F={f}, step={step}, lr={lr}", batch, d, f, step, lr)
+    return make_case(
+        rng, f"random: N={batch}, D={d}, F={f}, step={step}, lr={lr}", batch, d, f, step, lr
+    )
 
 
 def _cases() -> list[Case]:
