@@ -51,6 +51,9 @@ def test_a_budget_of_bytes_sent_is_what_the_reference_sends(name, pasted):
         if limit is None:
             continue
         sent, _ = _measured(pasted[name], args)
+        if name == "zero_adam_step":  # the loss's pmean, one number: an eager call runs it
+            n = math.prod(problem.mesh_shape(case, jax.device_count()))
+            sent += 2 * (n - 1) / n * np.asarray(case.args[0]).dtype.itemsize
         assert sent == pytest.approx(limit, rel=1e-12), case.label  # (7/8 of a sum: a float)
         compared += 1
     assert compared or name == "fsdp_sgd_step"  # FSDP's budget is of bytes held

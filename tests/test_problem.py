@@ -24,7 +24,7 @@ def test_each_problem_is_named_after_its_function_and_module(name):
     assert problem.name == name == problem.reference.__name__
     assert problem.reference.__module__ == f"shard_tutorial.problems.{name}"
     assert getattr(shard_tutorial, name) is problem.reference
-    assert problem.folder in ("problems", "collectives", "training", "parallelism")  # I-III, V
+    assert problem.folder in ("problems", "collectives", "training", "parallelism", "scale")
     assert problem.page == f"{problem.folder}/" + name.replace("_", "-")
     assert (Path(__file__).parents[1] / "docs" / f"{problem.page}.md").is_file()
 
@@ -208,6 +208,7 @@ def test_the_registry_lists_every_problem_in_reading_order_and_loads_on_demand()
         "pipeline_forward",
         "ring_attention",
     ]
+    order += ["zero_adam_step"]  # Part VI, training at scale
     assert out.stdout.strip() == f"{order} [] ['shard_tutorial.problems.shard_map_psum']"
     assert len(PROBLEMS) == len(order)
     with pytest.raises(KeyError):

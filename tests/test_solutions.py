@@ -108,6 +108,7 @@ ON_A_CLUSTER = {
     "shard_map_simulate": "right_jit_static",
     "shard_map_vs_vmap": "right_jit",
     "tensor_parallel_mlp": "right_jit",
+    "zero_adam_step": "right_jit_pcast",
 }
 
 

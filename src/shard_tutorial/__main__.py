@@ -62,6 +62,7 @@ _PARTS = {
     "collectives": "Part II: communication between devices",
     "training": "Part III: training across devices",
     "parallelism": "Part V: the parallelisms of large models",
+    "scale": "Part VI: training at scale",
 }
 
 

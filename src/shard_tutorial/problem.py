@@ -321,8 +321,9 @@ class Problem:
         :attr:`outputs`, one entry (or None) per output.
       folder: the folder of the documentation its page is in: ``"problems"``
         (Part I), ``"collectives"`` (Part II, communication between devices) or
-        ``"training"`` (Part III, training across devices) or ``"parallelism"``
-        (Part V, the parallelisms of large models).
+        ``"training"`` (Part III, training across devices), ``"parallelism"``
+        (Part V, the parallelisms of large models) or ``"scale"`` (Part VI,
+        training at scale).
       outputs: the names of the outputs when the function returns a tuple of
         arrays, e.g. ``("w", "b")``; empty when it returns one array. The oracle
         and :attr:`unsharded` then return tuples too, and every output is judged

@@ -62,6 +62,8 @@ PROBLEMS: Mapping[str, Problem] = _Registry(
         "expert_parallel_moe",
         "pipeline_forward",
         "ring_attention",
+        # Part VI, training at scale:
+        "zero_adam_step",
     )
 )
 """Every problem by name, in the site's reading order."""
