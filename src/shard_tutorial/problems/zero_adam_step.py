@@ -85,9 +85,10 @@ def zero_adam_step(
     would, a reduce-scatter of the gradient and an all-gather of the new ``w``,
     and no more (the checker's budget, read from the compiled programs).
 
-    How the arguments arrive: on the Explicit mesh ``data_mesh(math.gcd(N, D))``,
-    ``w`` replicated (``P()``), ``m``, ``v``, ``x`` and ``y`` split by rows
-    (``P("data", None)``); ``step`` and ``lr`` as Python numbers.
+    How the arguments arrive: placed on the Explicit mesh
+    ``data_mesh(math.gcd(N, D))``, ``w`` replicated (``P()``), ``m``, ``v``, ``x``
+    and ``y`` split by rows (``P("data", None)``); ``step`` and ``lr`` as Python
+    numbers.
 
     Args:
       w: weights, shape (D, F), floating-point; any layout is accepted.
