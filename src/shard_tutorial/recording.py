@@ -161,13 +161,17 @@ class Recording:
         An array counts on each device that holds a block of it (its shard's bytes).
         This is what code between programs keeps alive: eager code that fetches
         every block of an array in programs of its own, each small, holds them all
-        here. Nothing is counted when :attr:`earlier` is None (not known).
+        here. Nothing is counted when :attr:`earlier` is None (not known). It holds
+        the ``id`` of each array that lived before: those arrays must outlive the
+        recording (the checker's worker keeps them), or a new array may take the
+        ``id`` of one that died and be left out.
 
         Examples:
           >>> import jax, jax.numpy as jnp
           >>> from shard_tutorial.recording import record
+          >>> before = jax.live_arrays()  # kept alive: no later array can reuse an id
           >>> with record() as recording:
-          ...     recording.earlier = frozenset(id(a) for a in jax.live_arrays())
+          ...     recording.earlier = frozenset(id(a) for a in before)
           ...     kept = jnp.ones(256)  # 1,024 bytes the call keeps
           ...     recording.held_besides(())
           1024
