@@ -173,7 +173,9 @@ class Recording:
           >>> with record() as recording:
           ...     recording.earlier = frozenset(id(a) for a in before)
           ...     kept = jnp.ones(256)  # 1,024 bytes the call keeps
-          ...     recording.held_besides(())
+          ...     held = recording.held_besides(())
+          ...     del kept  # now held by the recording alone: not counted
+          ...     held - recording.held_besides(())
           1024
         """
         if self.earlier is None:
