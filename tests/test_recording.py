@@ -23,7 +23,20 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shard_tutorial import data_mesh
+from shard_tutorial import recording as recording_module
 from shard_tutorial.recording import record
+
+
+def test_the_recorder_looks_for_blocks_exactly_where_reading_leaves_them_alive():
+    # The recorder reads blocks (every array's buffers, at every program) only on the
+    # JAX versions that keep them: if a JAX changes this, the gate must change too.
+    if jax.device_count() == 1:
+        pytest.skip("an array on one device has no blocks apart from itself")
+    whole = jax.device_put(jnp.arange(8.0), NamedSharding(data_mesh(8), P("data")))
+    before = len(jax.live_arrays())
+    np.asarray(whole)
+    grew = len(jax.live_arrays()) - before
+    assert (grew > 0) == recording_module._READ_BLOCKS_STAY_LIVE
 
 
 def test_an_array_read_on_the_host_is_held_once_not_once_more_per_block():

@@ -361,6 +361,11 @@ async def _execute(page: Page, code: CodeIndex, options: dict[str, Any]) -> Exec
         last_code_cell = max(
             (i for i, cell in enumerate(notebook.cells) if cell.cell_type == "code"), default=None
         )
+        if last_code_cell is None:
+            # Nothing to run: no kernel. One started for no cell is stopped by
+            # jupyter_client with SIGINT while it may still be starting, and then logs
+            # "KeyboardInterrupt caught in kernel" into the build's output (a CI run).
+            return Execution(page, notebook, 0.0, {})
 
         async def save_record(cell: Any, cell_index: int, execute_reply: Any) -> None:
             # After the last cell, while the kernel is alive, have it write its coverage
