@@ -28,6 +28,19 @@ from shard_tutorial.report import CaseResult, CheckReport, DeviceRun
 OLDEST = tuple(int(p) for p in jax.__version__.split(".")[:2]) < (0, 11)
 """Whether this is the oldest stack (jax 0.10), where the noxfile runs less of the suite."""
 
+# The Parts whose problems train and split models, where a process of a cluster sees
+# part of a model or a batch: one right answer of the corpus for each is checked on a
+# 2-process cluster from the command line (half a minute each; test_solutions.py). The
+# first two Parts' answers are one collective each: their references are checked on a
+# cluster instead (tests/distributed). Every reference runs on a cluster in
+# tests/distributed/test_problems_across_processes.py.
+CLUSTER_PARTS = ("training", "parallelism", "scale")
+
+
+def on_a_cluster_by_its_answers(name: str) -> bool:
+    """Whether a right answer of the corpus, not the reference, is checked on a cluster."""
+    return get_problem(name).page.split("/")[0] in CLUSTER_PARTS
+
 
 def judged(problem: Problem, solution: Callable[..., Any], case: Case) -> tuple[str, str]:
     """The checker's verdict on ``solution`` for ``case`` at this process' device count."""
@@ -74,7 +87,8 @@ def check_here(
     an eager ``shard_map`` compiles each of its operations anew at every call, a
     thousand programs for a ring of 8). ``lean`` keeps two of the four: the first,
     and the largest whose bytes held a budget limits (else the second); ``"eager"``
-    keeps the statement's example and one of the four (that largest, else the first).
+    keeps the statement's example and that largest, if any (else the first split
+    case if the example's mesh has one device).
     Without ``few``, every case and random ones, those same few first. With ``until``, the
     check stops at the first result it accepts (a wrong answer's verdict, found: the
     rest cannot change the test's outcome).
@@ -101,9 +115,13 @@ def check_here(
         )
         if lean == "eager":
             # Eager code compiles each operation of each call anew (a thousand programs
-            # for a ring of 8 on one case): the statement's example and one split case,
-            # the largest held if any.
-            cases = every[:1] + ((held[-1:] or split[:1]) if jax.device_count() > 1 else [])
+            # for a ring of 8 on one case): the statement's example, and the largest case
+            # with a budget of bytes held if there is one (where eager code, holding what
+            # each small program returns, comes closest to the limit), else the first
+            # split case if the example's mesh has one device.
+            alone = math.prod(problem.mesh_shape(every[0], 8)) < 2
+            extra = held[-1:] or (split[:1] if alone else [])
+            cases = every[:1] + (extra if jax.device_count() > 1 else [])
             if OLDEST:
                 # jax 0.10 takes three times as long again: the example alone (its mesh
                 # has several devices too), the split cases on the newest.

@@ -109,7 +109,9 @@ def _judge_file(name, path):
 
 @pytest.mark.parametrize("call", ["f(x, w)", "jax.jit(f)(x, w)"], ids=["eager", "jit"])
 def test_a_readers_right_all_gather_matmul_passes(tmp_path, call):
-    report = check_here(AG, _ag(tmp_path, AG_RIGHT, call), seed=SEED)
+    # The cases of a right answer of the corpus (tests/judging.py: check_here's lean).
+    lean = True if "jit" in call else "eager"
+    report = check_here(AG, _ag(tmp_path, AG_RIGHT, call), seed=SEED, lean=lean)
     assert report.passed, str(report)
 
 
@@ -209,7 +211,8 @@ def _rs(tmp_path, body, call="f(h, w)"):
 
 @pytest.mark.parametrize("call", ["f(h, w)", "jax.jit(f)(h, w)"], ids=["eager", "jit"])
 def test_a_readers_right_reduce_scatter_matmul_passes(tmp_path, call):
-    report = check_here(RS, _rs(tmp_path, RS_RIGHT, call), seed=SEED)
+    lean = True if "jit" in call else "eager"  # as a right answer of the corpus
+    report = check_here(RS, _rs(tmp_path, RS_RIGHT, call), seed=SEED, lean=lean)
     assert report.passed, str(report)
 
 

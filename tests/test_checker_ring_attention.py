@@ -92,8 +92,8 @@ def _write(tmp_path, **parts):
     return path
 
 
-def _check(tmp_path, parts, *, few=True):
-    report = check_here(NAME, _write(tmp_path, **parts), seed=SEED, few=few)
+def _check(tmp_path, parts, *, few=True, lean=False):
+    report = check_here(NAME, _write(tmp_path, **parts), seed=SEED, few=few, lean=lean)
     return report, " ".join(str(report).split())  # the report wraps its lines
 
 
@@ -112,9 +112,11 @@ def test_a_readers_right_solution_passes_eagerly(tmp_path):
 
 
 def test_a_readers_jitted_solution_passes(tmp_path):
-    report, text = _check(tmp_path, JITTED)
+    # A right answer's cases (judging.py), the big one with a budget of bytes held among them.
+    report, text = _check(tmp_path, JITTED, lean=True)
     assert report.passed, text
-    assert judged(PROBLEM, _load(tmp_path, JITTED), BIG)[0] == "pass"
+    if jax.device_count() > 1:
+        assert BIG.label in text
 
 
 def test_forgetting_to_rescale_fails_with_its_explanation(tmp_path, device_count):

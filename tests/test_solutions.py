@@ -26,7 +26,7 @@ from pathlib import Path
 
 import jax
 import pytest
-from judging import check_here
+from judging import check_here, on_a_cluster_by_its_answers
 
 from shard_tutorial.problems import PROBLEMS
 
@@ -116,18 +116,9 @@ def _one_right_per_problem() -> list[Path]:
     return [SOLUTIONS / name / f"{ON_A_CLUSTER[name]}.py" for name in sorted(ON_A_CLUSTER)]
 
 
-# The command line's cluster run (half a minute each) for the problems that train and
-# split models (Parts III on), where a process sees part of a model or a batch: the
-# first two Parts' references pass on a cluster in tests/distributed, and their
-# answers here are one collective each.
-CLUSTER_PARTS = ("training", "parallelism", "scale")
-
-
 def _on_the_cluster() -> list[Path]:
     return [
-        path
-        for path in _one_right_per_problem()
-        if PROBLEMS[path.parent.name].page.split("/")[0] in CLUSTER_PARTS
+        path for path in _one_right_per_problem() if on_a_cluster_by_its_answers(path.parent.name)
     ]
 
 
