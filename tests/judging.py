@@ -28,18 +28,17 @@ from shard_tutorial.report import CaseResult, CheckReport, DeviceRun
 OLDEST = tuple(int(p) for p in jax.__version__.split(".")[:2]) < (0, 11)
 """Whether this is the oldest stack (jax 0.10), where the noxfile runs less of the suite."""
 
-# The Parts whose problems train and split models, where a process of a cluster sees
-# part of a model or a batch: one right answer of the corpus for each is checked on a
-# 2-process cluster from the command line (half a minute each; test_solutions.py). The
-# first two Parts' answers are one collective each: their references are checked on a
-# cluster instead (tests/distributed). Every reference runs on a cluster in
-# tests/distributed/test_problems_across_processes.py.
-CLUSTER_PARTS = ("training", "parallelism", "scale")
+# On a 2-process cluster, every problem has one right answer of the corpus checked
+# from the command line, as a reader runs it (test_solutions.py), and every reference
+# runs and gives the same bits as on one process (tests/distributed/
+# test_problems_across_processes.py). The references of these Parts are also checked
+# on a cluster by the checker (tests/distributed/test_checker_across_processes.py).
+REFERENCES_CHECKED_ON_A_CLUSTER = ("scale",)
 
 
-def on_a_cluster_by_its_answers(name: str) -> bool:
-    """Whether a right answer of the corpus, not the reference, is checked on a cluster."""
-    return get_problem(name).page.split("/")[0] in CLUSTER_PARTS
+def reference_checked_on_a_cluster(name: str) -> bool:
+    """Whether the problem's reference, besides a right answer, is checked on a cluster."""
+    return get_problem(name).page.split("/")[0] in REFERENCES_CHECKED_ON_A_CLUSTER
 
 
 def judged(problem: Problem, solution: Callable[..., Any], case: Case) -> tuple[str, str]:

@@ -7,14 +7,15 @@ passed in; ``check_vma=False``): ``right_*.py`` must pass every case the check r
 at this suite's device count (1 and 8) and on both stacks, and ``wrong_*.py`` must get
 the verdict its ``VERDICT`` names, with ``PHRASE`` in its message, at each device
 count its ``DEVICES`` lists (one whose ``OPEN`` says why the checker lets it through
-today is an expected failure, strict: closing the gap makes the test say so), as Codeforces' Polygon runs every solution of a problem,
-tagged with its expected verdict, before the problem is published.
+today is an expected failure, strict: closing the gap makes the test say so), as
+Codeforces' Polygon runs every solution of a problem, tagged with its expected verdict,
+before the problem is published.
 
 They are judged in this process (:func:`judging.check_here`): the worker's step and
 the judge, without the process isolation the checker's own tests cover; the command
-line with ``--processes 2`` runs one right answer per problem of Parts III on
-(:func:`test_one_right_answer_per_model_problem_passes_the_command_line_on_a_cluster`, in
-the ``distributed`` session).
+line with ``--processes 2`` runs one right answer per problem
+(:func:`test_one_right_answer_per_problem_passes_the_command_line_on_a_cluster`, in the
+``distributed`` session).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import jax
 import pytest
-from judging import check_here, on_a_cluster_by_its_answers
+from judging import check_here
 
 from shard_tutorial.problems import PROBLEMS
 
@@ -116,12 +117,6 @@ def _one_right_per_problem() -> list[Path]:
     return [SOLUTIONS / name / f"{ON_A_CLUSTER[name]}.py" for name in sorted(ON_A_CLUSTER)]
 
 
-def _on_the_cluster() -> list[Path]:
-    return [
-        path for path in _one_right_per_problem() if on_a_cluster_by_its_answers(path.parent.name)
-    ]
-
-
 def test_every_problem_has_a_right_answer_for_the_cluster():
     assert set(ON_A_CLUSTER) == set(PROBLEMS)
     assert all(path.exists() for path in _one_right_per_problem())
@@ -129,8 +124,8 @@ def test_every_problem_has_a_right_answer_for_the_cluster():
 
 @SUBPROCESSES
 @pytest.mark.distributed
-@pytest.mark.parametrize("path", _on_the_cluster(), ids=_id)
-def test_one_right_answer_per_model_problem_passes_the_command_line_on_a_cluster(path):
+@pytest.mark.parametrize("path", _one_right_per_problem(), ids=_id)
+def test_one_right_answer_per_problem_passes_the_command_line_on_a_cluster(path):
     # The whole command line on 2 processes x 4 devices (gloo): every case and random
     # ones. (One device, where a cluster has nothing to add, is test_a_right_answer_passes'.)
     run = subprocess.run(

@@ -2,8 +2,8 @@
 
 Each process of the cluster sends back the shards it holds; the checker puts every
 output back together and judges it as on one process. These tests run the references
-of Parts I and II (a right answer of each later Part's problems: test_solutions.py), a
-bug that only a cluster shows, and a hang in one process only.
+of Part VI (a right answer of every problem: test_solutions.py), a bug that only a
+cluster shows, and a hang in one process only.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from judging import on_a_cluster_by_its_answers, pasted_reference
+from judging import pasted_reference, reference_checked_on_a_cluster
 
 from shard_tutorial import PROBLEMS, check, reference_copy
 from shard_tutorial.launcher import COORDINATOR
@@ -67,10 +67,11 @@ def tagged(monkeypatch, tagged_env):
 
 
 @pytest.mark.usefixtures("tagged")
-@pytest.mark.parametrize("name", [n for n in PROBLEMS if not on_a_cluster_by_its_answers(n)])
-def test_every_reference_passes_on_a_cluster(name, tmp_path):
-    # The problems of Parts III on are checked on a cluster with a right answer of the
-    # corpus, from the command line (test_solutions.py): what a reader runs.
+@pytest.mark.parametrize("name", [n for n in PROBLEMS if reference_checked_on_a_cluster(n)])
+def test_the_references_of_part_vi_pass_on_a_cluster(name, tmp_path):
+    # Every problem's right answer of the corpus passes on a cluster from the command
+    # line (test_solutions.py), and every reference runs there (test_problems_across_
+    # processes.py); Part VI's references pass the check itself too (judging.py).
     problem = PROBLEMS[name]
     solution = reference_copy(problem, tmp_path)  # the package's own is judged REFERENCE
     report = check(problem, solution, devices=(8,), processes=2, seed=11)
