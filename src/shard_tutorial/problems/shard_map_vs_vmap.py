@@ -19,7 +19,14 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shard_tutorial.meshes import data_mesh_for, place
-from shard_tutorial.problem import Case, Problem, Technique, first_block_only, precise
+from shard_tutorial.problem import (
+    Case,
+    Forbidden,
+    Problem,
+    Technique,
+    first_block_only,
+    precise,
+)
 from shard_tutorial.validation import check_array
 
 __all__ = ["PROBLEM", "shard_map_vs_vmap"]
@@ -163,7 +170,18 @@ def _generate(rng: np.random.Generator) -> Case:
     return Case(f"random: {rows} rows of {columns}, {x.dtype}", (x,))
 
 
-TECHNIQUE = Technique()
+TECHNIQUE = Technique(
+    forbidden=tuple(
+        Forbidden(kind, "each row's sum needs no communication: each device maps its own rows")
+        for kind in (
+            "all-reduce",
+            "all-gather",
+            "reduce-scatter",
+            "collective-permute",
+            "all-to-all",
+        )
+    ),
+)
 """What a solution must do besides computing the right values (the statement's
 "This problem practises" paragraph says it in words)."""
 

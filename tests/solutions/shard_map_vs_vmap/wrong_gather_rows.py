@@ -10,7 +10,6 @@ from shard_tutorial import data_mesh  # a mesh that divides any length
 VERDICT = "technique"
 PHRASE = "no communication"
 DEVICES = (8,)
-OPEN = "vs_vmap does not enforce 'no communication' (issue 36, open)"
 
 
 def shard_map_vs_vmap(x: jax.Array) -> jax.Array:
