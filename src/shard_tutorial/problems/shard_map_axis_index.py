@@ -23,8 +23,8 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shard_tutorial.meshes import data_mesh_for, place
-from shard_tutorial.problem import Case, Placement, Problem, Technique, precise
-from shard_tutorial.problems._blocks import blockwise, device_counts
+from shard_tutorial.problem import Case, Forbidden, Placement, Problem, Technique, precise
+from shard_tutorial.problems._blocks import MAX_DEVICES, blockwise, device_counts
 from shard_tutorial.validation import check_array
 
 __all__ = ["PROBLEM", "shard_map_axis_index"]
@@ -137,9 +137,30 @@ def _cases() -> list[Case]:
     ]
 
 
+def _more_than_the_totals(args: tuple[object, ...]) -> int:
+    """The fewest bytes per device a collective moves that are more than the blocks' totals.
+
+    The statement's collective brings each device the totals of the blocks before its
+    own: one number per block, at most :data:`MAX_DEVICES` of them. Allowed with room
+    to spare (two 8-byte numbers per block: a total widened, or paired with a count);
+    anything larger moves blocks of ``x``, not totals (gather-then-slice).
+    """
+    del args
+    return 2 * 8 * MAX_DEVICES + 1
+
+
 TECHNIQUE = Technique(
     primitives=("axis_index",),
     collectives=(("all-gather", "collective-permute", "all-reduce"),),
+    forbidden=tuple(
+        Forbidden(
+            kind,
+            "a device needs the totals of the blocks before its own (a number per block), "
+            "not the blocks themselves",
+            at_least=_more_than_the_totals,
+        )
+        for kind in ("all-gather", "collective-permute", "all-reduce", "all-to-all")
+    ),
 )
 """What a solution must do besides computing the right values (the statement's
 "This problem practises" paragraph says it in words)."""
