@@ -316,7 +316,7 @@ def _judge_how(
             f"devices must compute them; {practises}"
         )
     if technique is None:
-        return None
+        return _judge_one_device(considered, practises)
     hidden = technique.hidden(case.args) if technique.hidden is not None else None
     if hidden is not None:
         # What computes the technique's part cannot reach a right answer here, and a
@@ -342,6 +342,28 @@ NOT_JUDGED = {
     "hidden": "technique not judged",
 }
 """Why a passing case's technique was judged in part or not at all, as the report says."""
+
+
+def _judge_one_device(programs: list[dict[str, Any]], practises: str) -> tuple[str, str] | None:
+    """The verdict on an answer to a problem that simulates the devices on one device.
+
+    Its statement asks for no mesh and no ``jax.shard_map``: the devices are the
+    blocks a loop slices by hand.
+    """
+    with_shard_map = [p for p in programs if p.get("shard_map")]
+    if with_shard_map:
+        return "technique", (
+            "right values, but computed with jax.shard_map, where the statement asks for "
+            f"the blocks sliced by hand on one device (no mesh, no jax.shard_map): {practises}"
+        )
+    spread = max((int(p.get("devices", 1)) for p in programs), default=1)
+    if spread > 1:
+        return "technique", (
+            f"right values, but computed by a program over {_devices(spread)}, where the "
+            "statement asks for one device (no mesh): the blocks are sliced by hand; "
+            f"{practises}"
+        )
+    return None
 
 
 def _one_device(technique: Technique, case: Case, devices: int, wanted: int) -> bool:

@@ -310,7 +310,9 @@ class Problem:
         NumPy generator; the checker adds a few to every check (see its ``seed``).
       technique: what the problem practises, read from the compiled programs of
         the solution's call (see :class:`Technique`), judged once its values are
-        right.
+        right. None: the problem simulates the devices on one (the statement's "no
+        mesh, no ``jax.shard_map``"): a program over several devices, or one with
+        ``jax.shard_map`` in it, is refused.
       mesh: the shape of the mesh the contract puts a case on, given its
         arguments and the device count (e.g. ``(2, 4)``); None: one axis, the
         most devices that divide the first argument's length

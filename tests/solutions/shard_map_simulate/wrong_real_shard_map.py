@@ -11,7 +11,6 @@ from jax.sharding import PartitionSpec as P
 VERDICT = "technique"
 PHRASE = "shard_map"
 DEVICES = (1, 8)
-OPEN = "simulate asks for no technique, so a real shard_map is not refused (open)"
 
 
 def shard_map_simulate(seed, x, num_shards, features):
