@@ -85,9 +85,9 @@ def check_here(
     shows on those, in a fraction of the time (every case compiles its own programs;
     an eager ``shard_map`` compiles each of its operations anew at every call, a
     thousand programs for a ring of 8). ``lean`` keeps two of the four: the first,
-    and the largest whose bytes held a budget limits (else the second); ``"eager"``
-    keeps the statement's example and that largest, if any (else the first split
-    case if the example's mesh has one device).
+    and the largest whose bytes held a budget limits (else the second), and none on 1
+    device; ``"eager"`` keeps the statement's example and that largest, if any (else
+    the first split case if the example's mesh has one device).
     Without ``few``, every case and random ones, those same few first. With ``until``, the
     check stops at the first result it accepts (a wrong answer's verdict, found: the
     rest cannot change the test's outcome).
@@ -109,9 +109,9 @@ def check_here(
         # held (the largest: where a right answer comes closest to the limit), else
         # the second.
         held = [c for c in split[1:] if problem.budget and "held" in problem.budget.limits(c.args)]
-        cases = (
-            every[:2] + split[:1] + ((held[-1:] or split[1:2]) if jax.device_count() > 1 else [])
-        )
+        cases = every[:2] + (
+            split[:1] + (held[-1:] or split[1:2]) if jax.device_count() > 1 else []
+        )  # on 1 device every mesh has one device: the example and the smallest case
         if lean == "eager":
             # Eager code compiles each operation of each call anew (a thousand programs
             # for a ring of 8 on one case): the statement's example, and the largest case

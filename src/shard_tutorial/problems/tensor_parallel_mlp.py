@@ -261,6 +261,15 @@ def _cases() -> list[Case]:
         case("B=7, h=5: 7 x 1", 7, 2, 5, 1),
         case("B=0: an empty batch", 0, 3, 8, 2),
         case("B=64, d=16, h=64, d_out=8", 64, 16, 64, 8),
+        # The statement allows integers: the output keeps their dtype (no float cast).
+        Case(
+            "int32 inputs: the output stays int32",
+            (
+                rng.integers(-3, 4, size=(8, 4)).astype(np.int32),
+                rng.integers(-3, 4, size=(4, 8)).astype(np.int32),
+                rng.integers(-3, 4, size=(8, 2)).astype(np.int32),
+            ),
+        ),
     ]
 
 

@@ -11,7 +11,6 @@ from shard_tutorial import data_model_mesh  # a (data, model) mesh for any shape
 VERDICT = "fail"
 PHRASE = "dtype"
 DEVICES = (1, 8)
-OPEN = "no case uses integer inputs, which the statement allows (issue 37, item 11, open)"
 
 
 def tensor_parallel_mlp(x: jax.Array, w1: jax.Array, w2: jax.Array) -> jax.Array:
