@@ -20,7 +20,7 @@ import numpy as np
 
 from shard_tutorial._check_worker import answer, load_solution
 from shard_tutorial.checker import RANDOM_CASES
-from shard_tutorial.judge import judge
+from shard_tutorial.judge import judge, judge_refusal
 from shard_tutorial.problem import Case, Problem
 from shard_tutorial.problems import get_problem
 from shard_tutorial.report import CaseResult, CheckReport, DeviceRun
@@ -43,6 +43,8 @@ def reference_checked_on_a_cluster(name: str) -> bool:
 
 def judged(problem: Problem, solution: Callable[..., Any], case: Case) -> tuple[str, str]:
     """The checker's verdict on ``solution`` for ``case`` at this process' device count."""
+    if case.raises is not None:  # an input the statement refuses, passed as it arrives
+        return judge_refusal(case, answer(solution, case.jax_args())[0])
     args = problem.arranged(case)
     limits = problem.budget.limits(args) if problem.budget is not None else {}
     event, data = answer(solution, args)
@@ -125,6 +127,9 @@ def check_here(
                 # jax 0.10 takes three times as long again: the example alone (its mesh
                 # has several devices too), the split cases on the newest.
                 cases = every[:1]
+    # The inputs the statement refuses: cheap (a right answer raises before it computes),
+    # and part of every answer's contract.
+    cases += problem.refusals
     if not few:
         cases += [c for c in every if c not in cases]
         if problem.generate is not None:

@@ -331,6 +331,15 @@ def _describe_shards(value: Any, header: dict[str, Any]) -> tuple[dict[str, Any]
     return header, b"".join(chunks)
 
 
+def _class_names(error: BaseException) -> list[str]:
+    """The names of ``error``'s class and of the classes it derives from, nearest first."""
+    names = []
+    for klass in type(error).__mro__:
+        name = type.__dict__["__name__"].__get__(klass)  # not a property the class redefines
+        names.append(name if isinstance(name, str) else "?")
+    return names
+
+
 def answer(
     solution: Callable[..., Any],
     args: tuple[Any, ...],
@@ -397,6 +406,7 @@ def answer(
                 "event": "raised",
                 "message": explain(error),
                 "memory": is_memory_error(error),
+                "types": _class_names(error),
             }, b""
         seconds = time.perf_counter() - began
     try:
@@ -601,15 +611,18 @@ def main() -> int:
         tuple(jnp.asarray(a) if isinstance(a, np.ndarray) else a for a in args)
         for args in request["cases"]
     ]
+    # The last cases are inputs the statement refuses: passed as they arrive, with no
+    # layout and no budget (either may not make sense of them).
+    ordinary = len(cases) - int(request.get("refusals", 0))
     if request.get("arrange"):  # the problem lays its inputs out, e.g. a weight split
         arrange = _resolve(request["arrange"])
-        cases = [arrange(args) for args in cases]
+        cases[:ordinary] = [arrange(args) for args in cases[:ordinary]]
     # A problem's budgets for each case, worked out before the solution's file runs (they
     # may compile programs of the package's, e.g. another strategy's step to compare with).
     limits: list[dict[str, float]] = [{} for _ in cases]
     if request.get("limits"):
         budget = _resolve(request["limits"])
-        limits = [dict(budget(args)) for args in cases]
+        limits[:ordinary] = [dict(budget(args)) for args in cases[:ordinary]]
     # Bound now, before the solution's file runs: what the loop calls, the recorder and
     # its hooks in JAX (installed now), so that the file cannot swap them (and if it
     # replaces the hooks in JAX, the recording says so).

@@ -66,7 +66,7 @@ import numpy as np
 
 from shard_tutorial._check_worker import MEMORY_SIGNS, is_library_file
 from shard_tutorial._check_zygote import ZYGOTES, Forked
-from shard_tutorial.judge import judge, judge_cluster
+from shard_tutorial.judge import judge, judge_cluster, judge_refusal
 from shard_tutorial.problem import Case, Problem
 from shard_tutorial.problems import get_problem
 from shard_tutorial.process_tree import cpu_seconds, kill_descendants
@@ -251,6 +251,7 @@ def check(
         cases += [problem.generate(rng) for _ in range(RANDOM_CASES)]
     else:
         seed = None
+    cases += problem.refusals  # last: the worker lays out none of them (see _check_worker)
     if load_error is not None:
         runs = tuple(DeviceRun(n, (), load_error, processes if n > 1 else 1) for n in counts)
         notes: tuple[str, ...] = ()
@@ -548,6 +549,7 @@ class _Check:
             "solution": self.spec,
             "devices": devices,
             "cases": [case.args for case in self.cases],
+            "refusals": sum(case.raises is not None for case in self.cases),  # the last ones
             "start": start,
             "fd": channel,
             "cluster": None if cluster is None else {**cluster, "parent": parent},
@@ -802,7 +804,11 @@ class _Follow:
         """Judge case ``index`` from every process' answer, and record the result."""
         raised = [p for p in sorted(answers) if answers[p][0]["event"] == "raised"]
         seconds = 0.0
-        if raised:
+        case = self.check.cases[index]
+        if case.raises is not None:  # an input the statement refuses: every process must
+            failed = [judge_refusal(case, answers[p][0]) for p in sorted(answers)]
+            status, message = next((v for v in failed if v[0] != "pass"), failed[0])
+        elif raised:
             event = answers[raised[0]][0]
             status, message = "error", self._who(raised[0]) + str(event["message"])
             if event["memory"] is True:

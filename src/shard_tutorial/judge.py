@@ -49,7 +49,7 @@ from shard_tutorial.problem import (
     precise,
 )
 
-__all__ = ["judge", "judge_cluster"]
+__all__ = ["judge", "judge_cluster", "judge_refusal"]
 
 # The JAX primitives that compile to each collective (jax 0.10 and 0.12).
 _PRIMITIVES_OF_KIND = {
@@ -59,6 +59,42 @@ _PRIMITIVES_OF_KIND = {
     "collective-permute": {"ppermute", "pshuffle"},
     "all-to-all": {"all_to_all", "ragged_all_to_all"},
 }
+
+
+def judge_refusal(case: Case, event: dict[str, Any]) -> tuple[str, str]:
+    """The verdict on an answer to an input the statement refuses (``case.raises``).
+
+    Args:
+      case: a refusal (:attr:`shard_tutorial.problem.Problem.refusals`).
+      event: what the worker reported: ``"raised"`` with the error's ``types`` (its
+        class and the classes it derives from, by name) and ``message``, or an
+        ``"output"``.
+
+    Returns:
+      ``("pass", "")`` if the answer raised the error the statement names (or
+      one derived from it); else ``("fail", ...)`` saying what it did instead.
+
+    Examples:
+      >>> from shard_tutorial.judge import judge_refusal
+      >>> from shard_tutorial.problem import Case
+      >>> case = Case("a fractional seed", (3.5,), raises="ValueError")
+      >>> judge_refusal(case, {"event": "output"})[0]
+      'fail'
+      >>> raised = {"event": "raised", "types": ["ValueError", "Exception"], "message": "ValueError: no"}
+      >>> judge_refusal(case, raised)
+      ('pass', '')
+    """
+    wanted = case.raises
+    asked = f"the statement's Raises section asks for {wanted} ({case.label})"
+    if event.get("event") != "raised":
+        return "fail", (
+            f"returned a value where {asked}: check the arguments before computing with them"
+        )
+    types = [str(t) for t in event.get("types", [])]
+    message = str(event.get("message", ""))
+    if wanted in types:
+        return "pass", ""  # a plain pass: nothing of the case went unjudged
+    return "fail", f"raised {types[0] if types else 'an error'} where {asked}: {message}"
 
 
 def judge_cluster(

@@ -43,10 +43,14 @@ class Case:
       label: what the case exercises, e.g. ``"length 5: 8 devices do not divide it"``.
       args: the positional arguments, NumPy arrays and Python numbers, so a case
         can be built in any process before JAX picks its devices.
+      raises: for an input the statement refuses (:attr:`Problem.refusals`), the
+        name of the error its "Raises" section names, e.g. ``"ValueError"``: the
+        answer must raise it (or an error derived from it). None: an ordinary case.
     """
 
     label: str
     args: tuple[Any, ...]
+    raises: str | None = None
 
     def jax_args(self) -> tuple[Any, ...]:
         """The arguments as a caller passes them: arrays become ``jax.Array``.
@@ -293,6 +297,9 @@ class Problem:
       oracle: an independent NumPy computation of the expected output, written
         without JAX's sharding so it can catch sharding mistakes.
       make_cases: builds the cases, deterministically (called once, lazily).
+      make_refusals: builds one input per entry of the statement's "Raises"
+        section, each :class:`Case` naming the error in ``raises`` (see
+        :attr:`refusals`); None: none.
       unsharded: the same function in plain ``jax.numpy`` on one device. The
         result's dtype is what it gives under JAX's promotion rules (in the
         active 64-bit mode), and the tests compare the reference's gradients
@@ -378,11 +385,33 @@ class Problem:
     )
     budget: Budget | None = dataclasses.field(default=None, repr=False)
     sum_rounding: float = 0.0
+    make_refusals: Callable[[], Sequence[Case]] | None = dataclasses.field(default=None, repr=False)
 
     @functools.cached_property
     def cases(self) -> tuple[Case, ...]:
         """The problem's cases: the statement's examples first, then generated ones."""
         return tuple(self.make_cases())
+
+    @functools.cached_property
+    def refusals(self) -> tuple[Case, ...]:
+        """Inputs the statement refuses: one per entry of its "Raises" section.
+
+        Each names, in :attr:`Case.raises`, the error an answer must raise for it.
+        The checker runs them after the other cases, with the arguments as they
+        arrive (not laid out by :attr:`arrange`): a contract is the errors it
+        promises too.
+
+        Examples:
+          >>> from shard_tutorial.problems import get_problem
+          >>> [(c.label, c.raises) for c in get_problem("nnx_data_parallel_step").refusals][:1]
+          [('a fractional seed (3.5)', 'ValueError')]
+        """
+        found = tuple(self.make_refusals()) if self.make_refusals is not None else ()
+        for case in found:
+            if case.raises is None:
+                msg = f"{self.name}: refusal {case.label!r} names no error (Case.raises)"
+                raise ValueError(msg)
+        return found
 
     @property
     def summary(self) -> str:

@@ -239,6 +239,21 @@ TECHNIQUE = Technique(
 "This problem practises" paragraph says it in words)."""
 
 
+def _refusals() -> list[Case]:
+    """One input per clause of the statement's "Raises" section, with the error it names."""
+    x, y = np.ones((4, 2), np.float32), np.ones((4, 1), np.float32)
+    return [
+        Case("a seed that is not a number ('0')", ("0", x, y, 0.1), raises="TypeError"),
+        Case("x a list, not an array", (0, x.tolist(), y, 0.1), raises="TypeError"),
+        Case("int32 x: not floating-point", (0, x.astype(np.int32), y, 0.1), raises="TypeError"),
+        Case("lr a string ('0.1')", (0, x, y, "0.1"), raises="TypeError"),
+        Case("a fractional seed (3.5)", (3.5, x, y, 0.1), raises="ValueError"),
+        Case("x of 4 rows, y of 3", (0, x, y[:3], 0.1), raises="ValueError"),
+        Case("an empty batch", (0, x[:0], y[:0], 0.1), raises="ValueError"),
+        Case("lr nan", (0, x, y, float("nan")), raises="ValueError"),
+    ]
+
+
 PROBLEM = Problem(
     name="nnx_data_parallel_step",
     title="Data-parallel NNX step",
@@ -262,6 +277,7 @@ PROBLEM = Problem(
     generate=_generate,
     technique=TECHNIQUE,
     placement=(Placement(axis=None), Placement(axis=None)),
+    make_refusals=_refusals,
     folder="training",
     outputs=("kernel", "bias"),
 )

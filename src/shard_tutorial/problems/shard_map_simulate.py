@@ -271,6 +271,25 @@ def _generate(rng: np.random.Generator) -> Case:
     return Case(label, (seed, x, float(shards), float(features)))
 
 
+def _refusals() -> list[Case]:
+    """One input per clause of the statement's "Raises" section, with the error it names.
+
+    (A count traced inside ``jax.jit`` is refused with a TypeError too; the checker
+    calls the function itself, with concrete counts, so no case can pass one.)
+    """
+    x = np.ones((4, 2), np.float32)
+    return [
+        Case("x a list, not an array", (0, x.tolist(), 2, 3), raises="TypeError"),
+        Case("a bool x", (0, x > 0, 2, 3), raises="TypeError"),
+        Case("num_shards a string ('2')", (0, x, "2", 3), raises="TypeError"),
+        Case("a 1-D x", (0, x[:, 0], 2, 3), raises="ValueError"),
+        Case("x with no feature column", (0, x[:, :0], 2, 3), raises="ValueError"),
+        Case("a fractional num_shards (2.5)", (0, x, 2.5, 3), raises="ValueError"),
+        Case("features 0", (0, x, 2, 0), raises="ValueError"),
+        Case("num_shards 3 does not divide 4 rows", (0, x, 3, 3), raises="ValueError"),
+    ]
+
+
 PROBLEM = Problem(
     name="shard_map_simulate",
     title="NNX shard_map simulation",
@@ -288,4 +307,5 @@ PROBLEM = Problem(
         "from jax.sharding import PartitionSpec as P",
     ),
     generate=_generate,
+    make_refusals=_refusals,
 )

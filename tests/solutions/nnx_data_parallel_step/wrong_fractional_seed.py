@@ -13,7 +13,6 @@ from shard_tutorial import data_mesh  # a mesh that divides any length
 VERDICT = "fail"
 PHRASE = "ValueError"
 DEVICES = (1, 8)
-OPEN = "no case runs a fractional seed, a Raises entry of the statement (issue 37, item 11, open)"
 
 
 def nnx_data_parallel_step(seed: int, x: jax.Array, y: jax.Array, lr: float) -> tuple[jax.Array, jax.Array]:

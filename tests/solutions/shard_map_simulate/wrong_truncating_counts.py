@@ -9,7 +9,6 @@ from jax.sharding import PartitionSpec as P
 VERDICT = "fail"
 PHRASE = "ValueError"
 DEVICES = (1, 8)
-OPEN = "no case runs the statement's Raises entries (issue 37, item 11, open)"
 
 
 def shard_map_simulate(seed, x, num_shards, features):
