@@ -73,6 +73,7 @@ def check_here(
     few: bool = True,
     lean: bool | str = False,
     until: Callable[[CaseResult], bool] | None = None,
+    refusals: bool = False,
 ) -> CheckReport:
     """What ``shard_tutorial.check`` reports, for this process' device count only, run here.
 
@@ -90,6 +91,9 @@ def check_here(
     and the largest whose bytes held a budget limits (else the second), and none on 1
     device; ``"eager"`` keeps the statement's example and that largest, if any (else
     the first split case if the example's mesh has one device).
+    With ``refusals``, the inputs the statement refuses too (after those few), as a
+    check runs them: cheap, since a right answer raises before it computes; the tests
+    of what the checker says about a mistake leave them out, to read its verdicts alone.
     Without ``few``, every case and random ones, those same few first. With ``until``, the
     check stops at the first result it accepts (a wrong answer's verdict, found: the
     rest cannot change the test's outcome).
@@ -127,9 +131,8 @@ def check_here(
                 # jax 0.10 takes three times as long again: the example alone (its mesh
                 # has several devices too), the split cases on the newest.
                 cases = every[:1]
-    # The inputs the statement refuses: cheap (a right answer raises before it computes),
-    # and part of every answer's contract.
-    cases += problem.refusals
+    if refusals:
+        cases += problem.refusals
     if not few:
         cases += [c for c in every if c not in cases]
         if problem.generate is not None:

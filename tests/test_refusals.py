@@ -67,7 +67,7 @@ def _wrong_error(*_args):
 
 @pytest.mark.parametrize("name", WITH_REFUSALS)
 def test_an_answer_that_computes_anyway_fails_each_refusal_and_says_which_error(name):
-    report = check_here(name, _computes_anyway, few=True)
+    report = check_here(name, _computes_anyway, few=True, refusals=True)
     (run,) = report.runs
     refused = {case.label for case in PROBLEMS[name].refusals}
     results = [r for r in run.results if r.label in refused]

@@ -60,7 +60,9 @@ def test_a_right_answer_passes(path):
     # the layouts that differ. The command-line test below runs every case and random
     # ones, on 1 device and a cluster.
     # An eager answer (its name says so) on fewer: each of its calls compiles anew.
-    report = check_here(path.parent.name, path, lean="eager" if "eager" in path.stem else True)
+    report = check_here(
+        path.parent.name, path, lean="eager" if "eager" in path.stem else True, refusals=True
+    )
     assert report.passed, str(report)
 
 
@@ -81,7 +83,7 @@ def test_a_wrong_answer_gets_its_verdict(path, request):
     def shows(result):
         return result.status == verdict and phrase.lower() in result.message.lower()
 
-    report = check_here(path.parent.name, path, seed=0, few=False, until=shows)
+    report = check_here(path.parent.name, path, seed=0, few=False, until=shows, refusals=True)
     (run,) = report.runs
     assert any(shows(r) for r in run.results), f"expected {verdict} with {phrase!r}:\n{report}"
 
