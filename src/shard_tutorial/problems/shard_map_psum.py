@@ -173,6 +173,17 @@ TECHNIQUE = Technique(
 "This problem practises" paragraph says it in words)."""
 
 
+def _refusals() -> list[Case]:
+    """One input per clause of the statement's "Raises" section, with the error it names."""
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+    return [
+        Case("x a Python number (2.0), not an array", (2.0,), raises="TypeError"),
+        Case("x a list, not an array", (x.tolist(),), raises="TypeError"),
+        Case("a bool x", (x > 0,), raises="TypeError"),
+        Case("a 2-D x", (x.reshape(1, 3),), raises="ValueError"),
+    ]
+
+
 PROBLEM = Problem(
     name="shard_map_psum",
     title="shard_map with psum",
@@ -191,4 +202,5 @@ PROBLEM = Problem(
     explain=_explain,
     generate=_generate,
     technique=TECHNIQUE,
+    make_refusals=_refusals,
 )

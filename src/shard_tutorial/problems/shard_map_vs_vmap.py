@@ -186,6 +186,17 @@ TECHNIQUE = Technique(
 "This problem practises" paragraph says it in words)."""
 
 
+def _refusals() -> list[Case]:
+    """One input per clause of the statement's "Raises" section, with the error it names."""
+    x = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
+    return [
+        Case("x a Python number (2.0), not an array", (2.0,), raises="TypeError"),
+        Case("x a list of rows, not an array", (x.tolist(),), raises="TypeError"),
+        Case("a bool x", (x > 0,), raises="TypeError"),
+        Case("a 1-D x", (x[0],), raises="ValueError"),
+    ]
+
+
 PROBLEM = Problem(
     name="shard_map_vs_vmap",
     title="shard_map vs vmap",
@@ -196,4 +207,5 @@ PROBLEM = Problem(
     explain=_explain,
     generate=_generate,
     technique=TECHNIQUE,
+    make_refusals=_refusals,
 )
