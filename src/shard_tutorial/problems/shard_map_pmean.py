@@ -155,6 +155,17 @@ TECHNIQUE = Technique(
 "This problem practises" paragraph says it in words)."""
 
 
+def _refusals() -> list[Case]:
+    """One input per clause of the statement's "Raises" section, with the error it names."""
+    x = np.array([1.0, 2.0, 3.0, 6.0], np.float32)
+    return [
+        Case("x a list, not an array", (x.tolist(),), raises="TypeError"),
+        Case("int32 x: not floating-point", (x.astype(np.int32),), raises="TypeError"),
+        Case("a 2-D x", (x.reshape(2, 2),), raises="ValueError"),
+        Case("an empty x: it has no mean", (x[:0],), raises="ValueError"),
+    ]
+
+
 PROBLEM = Problem(
     name="shard_map_pmean",
     title="shard_map with pmean",
@@ -168,4 +179,5 @@ PROBLEM = Problem(
     generate=_generate,
     technique=TECHNIQUE,
     placement=Placement(axis=0),
+    make_refusals=_refusals,
 )

@@ -187,6 +187,17 @@ TECHNIQUE = Technique(
 "This problem practises" paragraph says it in words)."""
 
 
+def _refusals() -> list[Case]:
+    """One input per clause of the statement's "Raises" section, with the error it names."""
+    x = np.array([3.0, 0.0, 0.0, 6.0], np.float32)
+    return [
+        Case("x a list, not an array", (x.tolist(),), raises="TypeError"),
+        Case("int32 x: not floating-point", (x.astype(np.int32),), raises="TypeError"),
+        Case("a 2-D x", (x.reshape(2, 2),), raises="ValueError"),
+        Case("an empty x", (x[:0],), raises="ValueError"),
+    ]
+
+
 PROBLEM = Problem(
     name="shard_map_ppermute",
     title="shard_map with ppermute",
@@ -199,4 +210,5 @@ PROBLEM = Problem(
     generate=_generate,
     technique=TECHNIQUE,
     placement=Placement(axis=0),
+    make_refusals=_refusals,
 )
