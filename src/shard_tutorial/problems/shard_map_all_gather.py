@@ -173,6 +173,16 @@ TECHNIQUE = Technique(collectives=(("all-gather",),))
 "This problem practises" paragraph says it in words)."""
 
 
+def _refusals() -> list[Case]:
+    """One input per clause of the statement's "Raises" section, with the error it names."""
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+    return [
+        Case("x a list, not an array", (x.tolist(),), raises="TypeError"),
+        Case("a bool x", (x > 0,), raises="TypeError"),
+        Case("a 2-D x", (x.reshape(1, 3),), raises="ValueError"),
+    ]
+
+
 PROBLEM = Problem(
     name="shard_map_all_gather",
     title="shard_map with all_gather",
@@ -185,4 +195,5 @@ PROBLEM = Problem(
     generate=_generate,
     technique=TECHNIQUE,
     placement=Placement(axis=0),
+    make_refusals=_refusals,
 )

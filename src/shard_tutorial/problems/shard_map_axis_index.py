@@ -166,6 +166,16 @@ TECHNIQUE = Technique(
 "This problem practises" paragraph says it in words)."""
 
 
+def _refusals() -> list[Case]:
+    """One input per clause of the statement's "Raises" section, with the error it names."""
+    x = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
+    return [
+        Case("x a list, not an array", (x.tolist(),), raises="TypeError"),
+        Case("a bool x", (x > 0,), raises="TypeError"),
+        Case("a 2-D x", (x.reshape(2, 2),), raises="ValueError"),
+    ]
+
+
 PROBLEM = Problem(
     name="shard_map_axis_index",
     title="shard_map with axis_index",
@@ -179,4 +189,5 @@ PROBLEM = Problem(
     generate=_generate,
     technique=TECHNIQUE,
     placement=Placement(axis=0),
+    make_refusals=_refusals,
 )
