@@ -187,6 +187,16 @@ TECHNIQUE = Technique(
 "This problem practises" paragraph says it in words)."""
 
 
+def _refusals() -> list[Case]:
+    """One input per clause of the statement's "Raises" section, with the error it names."""
+    x = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], np.float32)
+    return [
+        Case("x a list of rows, not an array", (x.tolist(),), raises="TypeError"),
+        Case("a bool x", (x > 0,), raises="TypeError"),
+        Case("a 1-D x", (x[0],), raises="ValueError"),
+    ]
+
+
 PROBLEM = Problem(
     name="shard_map_all_to_all",
     title="shard_map with all_to_all",
@@ -200,4 +210,5 @@ PROBLEM = Problem(
     technique=TECHNIQUE,
     mesh=_mesh,
     placement=Placement(axis=0),
+    make_refusals=_refusals,
 )

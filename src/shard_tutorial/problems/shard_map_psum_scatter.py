@@ -205,6 +205,18 @@ BUDGET = Budget(
 """What a solution may send per device: one reduce-scatter of the column sums."""
 
 
+def _refusals() -> list[Case]:
+    """One input per clause of the statement's "Raises" section, with the error it names."""
+    x = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
+    return [
+        Case("x a list of rows, not an array", (x.tolist(),), raises="TypeError"),
+        Case("a bool x", (x > 0,), raises="TypeError"),
+        Case("a 1-D x", (x[0],), raises="ValueError"),
+        Case("x with no rows", (x[:0],), raises="ValueError"),
+        Case("x with no columns", (x[:, :0],), raises="ValueError"),
+    ]
+
+
 PROBLEM = Problem(
     name="shard_map_psum_scatter",
     title="shard_map with psum_scatter",
@@ -220,4 +232,5 @@ PROBLEM = Problem(
     mesh=_mesh,
     placement=Placement(axis=0),
     budget=BUDGET,
+    make_refusals=_refusals,
 )
