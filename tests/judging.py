@@ -118,6 +118,10 @@ def check_here(
         cases = every[:2] + (
             split[:1] + (held[-1:] or split[1:2]) if jax.device_count() > 1 else []
         )  # on 1 device every mesh has one device: the example and the smallest case
+        if OLDEST and jax.device_count() > 1:
+            # jax 0.10 differs in how its programs print, not in what a case asks: one
+            # split case, the held one if any (the newest runs both).
+            cases = every[:2] + (held[-1:] or split[:1])
         if lean == "eager":
             # Eager code compiles each operation of each call anew (a thousand programs
             # for a ring of 8 on one case): the statement's example, and the largest case

@@ -36,7 +36,10 @@ from shard_tutorial.checker import RANDOM_CASES, CheckReport
 pytestmark = pytest.mark.subprocesses
 # What a check does with processes (hangs, crashes, Ctrl-C, the command line) does not
 # depend on the JAX installed: such tests run on the newest stack only (marker `once`).
-# What the judge reads from JAX (errors, programs) runs on both.
+# What the judge reads from JAX (errors, programs) runs on both: through the worker
+# processes here, and for the judge's words on a mistake, in-process on both stacks
+# (tests/test_checker_*.py and the corpus, tests/test_solutions.py), so the full checks
+# of mistakes here run once.
 ONCE = pytest.mark.once
 
 HEADER = """\
@@ -140,6 +143,7 @@ def test_random_cases_come_from_the_seed_given(tmp_path):
     assert [r.label for r in report.runs[0].results[-RANDOM_CASES:]] == expected
 
 
+@ONCE
 def test_a_missing_psum_passes_on_1_device_and_is_caught_on_8(tmp_path):
     report = check("shard_map_psum", solution_file(tmp_path, WRONG["psum left out"][1]))
     one, eight = report.runs
@@ -157,6 +161,7 @@ def test_a_missing_psum_passes_on_1_device_and_is_caught_on_8(tmp_path):
     assert "Every case gets the right values on 1 device, but not on 8 devices" in text
 
 
+@ONCE
 def test_an_out_specs_that_drops_blocks_is_caught(tmp_path):
     report = check(
         "shard_map_double", solution_file(tmp_path, WRONG["out_specs says replicated"][1])
@@ -168,12 +173,14 @@ def test_an_out_specs_that_drops_blocks_is_caught(tmp_path):
     assert "out_specs must put the blocks of all devices back together" in flat(str(report))
 
 
+@ONCE
 def test_a_model_built_per_shard_is_caught(tmp_path):
     report = check("shard_map_simulate", solution_file(tmp_path, WRONG["model built per shard"][1]))
     assert not any(run.passed for run in report.runs)
     assert "build the model once, outside the loop" in flat(str(report))
 
 
+@ONCE
 def test_blocks_joined_on_the_wrong_axis_are_caught(tmp_path):
     path = solution_file(tmp_path, WRONG["concatenated on the wrong axis"][1])
     report = check("shard_map_simulate", path)
@@ -181,6 +188,7 @@ def test_blocks_joined_on_the_wrong_axis_are_caught(tmp_path):
     assert "joined along axis 1" in flat(str(report))
 
 
+@ONCE
 def test_a_body_that_is_not_vmapped_is_caught_with_jaxs_error(tmp_path):
     path = solution_file(tmp_path, WRONG["per-row function on the whole block"][1])
     report = check("shard_map_vs_vmap", path)
