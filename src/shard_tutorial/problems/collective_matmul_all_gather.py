@@ -335,6 +335,18 @@ BUDGET = Budget(
 """What a solution may send per device: ``n - 1`` blocks of ``x``."""
 
 
+def _refusals() -> list[Case]:
+    """One input per clause of the statement's "Raises" section, with the error it names."""
+    x, w = np.ones((4, 3), np.float32), np.ones((3, 2), np.float32)
+    return [
+        Case("x a list, not an array", (x.tolist(), w), raises="TypeError"),
+        Case("a bool w: not numeric", (x, w > 0), raises="TypeError"),
+        Case("a 1-D x", (x[0], w), raises="ValueError"),
+        Case("x with no rows (S = 0)", (x[:0], w), raises="ValueError"),
+        Case("x of 3 columns, w of 2 rows", (x, w[:2]), raises="ValueError"),
+    ]
+
+
 PROBLEM = Problem(
     name="collective_matmul_all_gather",
     title="Collective matmul: all-gather",
@@ -359,6 +371,7 @@ PROBLEM = Problem(
     technique=TECHNIQUE,
     mesh=_mesh,
     placement=Placement(axis=1, spec='P(None, "model")'),
+    make_refusals=_refusals,
     folder="parallelism",
     arrange=_arrange,
     budget=BUDGET,

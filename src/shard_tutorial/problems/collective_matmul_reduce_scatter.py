@@ -311,6 +311,18 @@ BUDGET = Budget(
 """What a solution may send per device: ``n - 1`` blocks of the result."""
 
 
+def _refusals() -> list[Case]:
+    """One input per clause of the statement's "Raises" section, with the error it names."""
+    h, w = np.ones((4, 3), np.float32), np.ones((3, 2), np.float32)
+    return [
+        Case("h a list, not an array", (h.tolist(), w), raises="TypeError"),
+        Case("a bool w: not numeric", (h, w > 0), raises="TypeError"),
+        Case("a 1-D h", (h[0], w), raises="ValueError"),
+        Case("h with no rows (S = 0)", (h[:0], w), raises="ValueError"),
+        Case("h of 3 columns, w of 2 rows", (h, w[:2]), raises="ValueError"),
+    ]
+
+
 PROBLEM = Problem(
     name="collective_matmul_reduce_scatter",
     title="Collective matmul: reduce-scatter",
@@ -335,6 +347,7 @@ PROBLEM = Problem(
     technique=TECHNIQUE,
     mesh=_mesh,
     placement=Placement(axis=0, spec='P("model", None)'),
+    make_refusals=_refusals,
     folder="parallelism",
     arrange=_arrange,
     budget=BUDGET,

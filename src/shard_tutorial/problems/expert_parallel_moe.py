@@ -433,6 +433,22 @@ BUDGET = Budget(
 """What a solution may send per device: the two all-to-alls of T / n slots per device."""
 
 
+def _refusals() -> list[Case]:
+    """One input per clause of the statement's "Raises" section, with the error it names."""
+    x, logits = np.ones((4, 2), np.float32), np.ones((4, 2), np.float32)
+    w = np.ones((2, 2, 3), np.float32)
+    return [
+        Case("x a list, not an array", (x.tolist(), logits, w), raises="TypeError"),
+        Case("a bool x: not numeric", (x > 0, logits, w), raises="TypeError"),
+        Case("complex router logits", (x, logits.astype(np.complex64), w), raises="TypeError"),
+        Case("a 2-D w: no expert axis", (x, logits, w[0]), raises="ValueError"),
+        Case("router logits of 3 rows, x of 4", (x, logits[:3], w), raises="ValueError"),
+        Case("no experts (E = 0)", (x, logits[:, :0], w[:0]), raises="ValueError"),
+        Case("no features (D = 0)", (x[:, :0], logits, w[:, :0]), raises="ValueError"),
+        Case("no outputs (F = 0)", (x, logits, w[:, :, :0]), raises="ValueError"),
+    ]
+
+
 PROBLEM = Problem(
     name="expert_parallel_moe",
     title="Expert-parallel mixture of experts",
@@ -457,6 +473,7 @@ PROBLEM = Problem(
     technique=TECHNIQUE,
     mesh=_mesh,
     placement=Placement(axis=0, spec='P("expert")'),
+    make_refusals=_refusals,
     folder="parallelism",
     arrange=_arrange,
     budget=BUDGET,

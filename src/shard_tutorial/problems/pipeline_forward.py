@@ -408,6 +408,18 @@ BUDGET = Budget(
 """What a solution may send per device: GPipe's activations, and the outputs once."""
 
 
+def _refusals() -> list[Case]:
+    """One input per clause of the statement's "Raises" section, with the error it names."""
+    x, w = np.ones((2, 2, 3), np.float32), np.ones((2, 3, 3), np.float32)
+    return [
+        Case("x a list, not an array", (x.tolist(), w), raises="TypeError"),
+        Case("int32 x: not floating-point", (x.astype(np.int32), w), raises="TypeError"),
+        Case("a 2-D x", (x[0], w), raises="ValueError"),
+        Case("no microbatches (M = 0)", (x[:0], w), raises="ValueError"),
+        Case("layers of 2 x 2, x of 3 features", (x, w[:, :2, :2]), raises="ValueError"),
+    ]
+
+
 PROBLEM = Problem(
     name="pipeline_forward",
     title="Pipeline-parallel forward pass",
@@ -430,6 +442,7 @@ PROBLEM = Problem(
     technique=TECHNIQUE,
     mesh=_mesh,
     placement=Placement(axis=None, spec="P()"),
+    make_refusals=_refusals,
     folder="parallelism",
     budget=BUDGET,
 )

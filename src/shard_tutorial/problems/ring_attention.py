@@ -504,6 +504,22 @@ BUDGET = Budget(
 """What a solution may send and hold per device: the ring's hops, less than gathering."""
 
 
+def _refusals() -> list[Case]:
+    """One input per clause of the statement's "Raises" section, with the error it names."""
+    q = k = v = np.ones((4, 2), np.float32)
+    n = q.astype(np.int32)
+    return [
+        Case("q a list, not an array", (q.tolist(), k, v, False), raises="TypeError"),
+        Case("int32 q, k and v: not floating point", (n, n, n, False), raises="TypeError"),
+        Case("float16 k, float32 q and v", (q, k.astype(np.float16), v, False), raises="TypeError"),
+        Case("causal the string 'False'", (q, k, v, "False"), raises="TypeError"),
+        Case("1-D q, k and v", (q[0], k[0], v[0], False), raises="ValueError"),
+        Case("k of 3 rows, q of 4", (q, k[:3], v, False), raises="ValueError"),
+        Case("T = 0: no rows", (q[:0], k[:0], v[:0], False), raises="ValueError"),
+        Case("D = 0: no columns", (q[:, :0], k[:, :0], v[:, :0], False), raises="ValueError"),
+    ]
+
+
 PROBLEM = Problem(
     name="ring_attention",
     title="Ring attention",
@@ -528,6 +544,7 @@ PROBLEM = Problem(
     technique=TECHNIQUE,
     mesh=_mesh,
     placement=Placement(axis=0, spec='P("seq", None)'),
+    make_refusals=_refusals,
     folder="parallelism",
     budget=BUDGET,
 )

@@ -294,6 +294,19 @@ TECHNIQUE = Technique(
 "This problem practises" paragraph says it in words)."""
 
 
+def _refusals() -> list[Case]:
+    """One input per clause of the statement's "Raises" section, with the error it names."""
+    x = np.ones((4, 3), np.float32)
+    w1, w2 = np.ones((3, 2), np.float32), np.ones((2, 1), np.float32)
+    return [
+        Case("x a list, not an array", (x.tolist(), w1, w2), raises="TypeError"),
+        Case("a bool w1", (x, w1 > 0, w2), raises="TypeError"),
+        Case("a complex x", (x.astype(np.complex64), w1, w2), raises="TypeError"),
+        Case("a 1-D x", (x[0], w1, w2), raises="ValueError"),
+        Case("x of 3 columns, w1 of 2 rows", (x, w1[:2], w2), raises="ValueError"),
+    ]
+
+
 PROBLEM = Problem(
     name="tensor_parallel_mlp",
     title="Tensor-parallel MLP",
@@ -316,5 +329,6 @@ PROBLEM = Problem(
     technique=TECHNIQUE,
     mesh=_mesh,
     placement=Placement(axis=0, blocks=_data_blocks),
+    make_refusals=_refusals,
     folder="training",
 )

@@ -529,6 +529,31 @@ BUDGET = Budget(
 )
 """What a solution may send per device."""
 
+
+def _refusals() -> list[Case]:
+    """One input per clause of the statement's "Raises" section, with the error it names.
+
+    (A fractional ``step`` such as ``2.5`` is left out: the statement's TypeError
+    for "a step that is not a whole number" reads as covering it, but the
+    reference raises ValueError for it, as
+    :func:`~shard_tutorial.validation.require_whole_number` does.)
+    """
+    w = m = v = np.ones((2, 1), np.float32)
+    x, y = np.ones((4, 2), np.float32), np.ones((4, 1), np.float32)
+    ints, wide = x.astype(np.int32), np.ones((2, 2), np.float32)
+    return [
+        Case("w a list, not an array", (w.tolist(), m, v, x, y, 3, 0.1), raises="TypeError"),
+        Case("int32 x: not floating-point", (w, m, v, ints, y, 3, 0.1), raises="TypeError"),
+        Case("step a string ('3')", (w, m, v, x, y, "3", 0.1), raises="TypeError"),
+        Case("lr a string ('0.1')", (w, m, v, x, y, 3, "0.1"), raises="TypeError"),
+        Case("m of shape (2, 2), w of (2, 1)", (w, wide, v, x, y, 3, 0.1), raises="ValueError"),
+        Case("an empty batch", (w, m, v, x[:0], y[:0], 3, 0.1), raises="ValueError"),
+        Case("step 0", (w, m, v, x, y, 0, 0.1), raises="ValueError"),
+        Case("lr nan", (w, m, v, x, y, 3, float("nan")), raises="ValueError"),
+        Case("lr infinite", (w, m, v, x, y, 3, float("inf")), raises="ValueError"),
+    ]
+
+
 PROBLEM = Problem(
     name="zero_adam_step",
     title="ZeRO Adam step",
@@ -557,6 +582,7 @@ PROBLEM = Problem(
         Placement(axis=0, blocks=_shared_devices, spec='P("data", None)'),
         Placement(axis=0, blocks=_shared_devices, spec='P("data", None)'),
     ),
+    make_refusals=_refusals,
     folder="scale",
     outputs=("w", "m", "v"),
     arrange=_arrange,

@@ -2,9 +2,11 @@
 the pmean loss with respect to a varying copy of w, psum_scatter, Adam, all_gather."""
 
 import math
+import numbers
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -12,6 +14,21 @@ from shard_tutorial import data_mesh
 
 
 def zero_adam_step(w, m, v, x, y, step, lr):
+    arrays = (w, m, v, x, y)
+    if not all(isinstance(a, (jax.Array, np.ndarray)) for a in arrays):
+        raise TypeError("w, m, v, x and y must be arrays")
+    if not all(jnp.issubdtype(a.dtype, jnp.floating) for a in arrays):
+        raise TypeError("w, m, v, x and y must be floating-point")
+    if isinstance(step, bool) or not isinstance(step, numbers.Integral):
+        raise TypeError("step must be an int")
+    if isinstance(lr, bool) or not isinstance(lr, numbers.Real):
+        raise TypeError("lr must be a real number")
+    if w.ndim != 2 or m.shape != w.shape or v.shape != w.shape:
+        raise ValueError("w, m and v must have one shape (D, F)")
+    if x.ndim != 2 or x.shape[1] != w.shape[0] or y.shape != (x.shape[0], w.shape[1]):
+        raise ValueError("x must be (N, D) and y (N, F)")
+    if x.shape[0] == 0 or step < 1 or not math.isfinite(lr):
+        raise ValueError("an empty batch, a step below 1 or an lr that is not finite")
     mesh = data_mesh(math.gcd(x.shape[0], w.shape[0]))
     w = jax.device_put(w, NamedSharding(mesh, P()))
     m, v, x, y = (jax.device_put(a, NamedSharding(mesh, P("data"))) for a in (m, v, x, y))

@@ -2,9 +2,11 @@
 psum_scatter, then optax.adam's own update on this device's rows (its count: step - 1)."""
 
 import math
+import numbers
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -12,7 +14,30 @@ from jax.sharding import PartitionSpec as P
 from shard_tutorial import data_mesh
 
 
+def _check(w, m, v, x, y, step, lr):
+    for name, a in zip("wmvxy", (w, m, v, x, y)):
+        if not isinstance(a, (jax.Array, np.ndarray)):
+            raise TypeError(f"{name} must be an array, not {type(a).__name__}")
+        if not jnp.issubdtype(a.dtype, jnp.floating):
+            raise TypeError(f"{name} must be floating-point, not {a.dtype}")
+    if isinstance(step, bool) or not isinstance(step, numbers.Integral):
+        raise TypeError(f"step must be an int, not {type(step).__name__}")
+    if isinstance(lr, bool) or not isinstance(lr, numbers.Real):
+        raise TypeError(f"lr must be a real number, not {type(lr).__name__}")
+    if w.ndim != 2 or x.ndim != 2 or m.shape != w.shape or v.shape != w.shape:
+        raise ValueError(f"w, m, v must be (D, F) and x (N, D): {w.shape}, {m.shape}, {v.shape}, {x.shape}")
+    if x.shape[1] != w.shape[0] or y.shape != (x.shape[0], w.shape[1]):
+        raise ValueError(f"x {x.shape} and y {y.shape} do not fit w {w.shape}")
+    if x.shape[0] == 0:
+        raise ValueError("empty batch")
+    if step < 1:
+        raise ValueError("step must be at least 1")
+    if not math.isfinite(lr):
+        raise ValueError("lr must be finite")
+
+
 def zero_adam_step(w, m, v, x, y, step, lr):
+    _check(w, m, v, x, y, step, lr)
     total, f = x.shape[0], w.shape[1]
     mesh = data_mesh(math.gcd(total, w.shape[0]))
     w = jax.device_put(w, NamedSharding(mesh, P()))

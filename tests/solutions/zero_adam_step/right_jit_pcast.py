@@ -2,9 +2,11 @@
 own part), one psum_scatter of it, Adam on this device's rows, all_gather to invarying."""
 
 import math
+import numbers
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -12,6 +14,25 @@ from shard_tutorial import data_mesh  # a mesh that divides any length
 
 
 def zero_adam_step(w, m, v, x, y, step, lr):
+    for a in (w, m, v, x, y):
+        if not isinstance(a, (jax.Array, np.ndarray)):
+            raise TypeError("w, m, v, x and y must be arrays")
+        if not jnp.issubdtype(a.dtype, jnp.floating):
+            raise TypeError(f"expected floating-point arrays, got {a.dtype}")
+    if isinstance(step, bool) or not isinstance(step, numbers.Integral):
+        raise TypeError("step must be a whole number (an int)")
+    if isinstance(lr, bool) or not isinstance(lr, numbers.Real):
+        raise TypeError("lr must be a real number")
+    if step < 1:
+        raise ValueError("step counts from 1")
+    if not math.isfinite(lr):
+        raise ValueError("lr must be finite")
+    if w.ndim != 2 or x.ndim != 2 or m.shape != w.shape or v.shape != w.shape:
+        raise ValueError("w, m and v must be (D, F), x (N, D)")
+    if x.shape[1] != w.shape[0] or y.shape != (x.shape[0], w.shape[1]):
+        raise ValueError("shapes do not fit together")
+    if x.shape[0] == 0:
+        raise ValueError("empty batch")
     mesh = data_mesh(math.gcd(x.shape[0], w.shape[0]))
     rows = NamedSharding(mesh, P("data", None))
     w = jax.device_put(w, NamedSharding(mesh, P()))
