@@ -549,3 +549,26 @@ def test_cli_usage_errors_exit_with_status_2(tmp_path, monkeypatch, capsys, args
         cli_main(list(args))
     assert exited.value.code == 2
     assert message in capsys.readouterr().err
+
+
+@ONCE
+def test_the_refusals_run_through_the_workers_when_asked(tmp_path):
+    # Each refused input reaches the solution as it arrives; an answer that checks its
+    # argument raises the named error and passes, one that computes anyway fails.
+    problem = PROBLEMS["shard_map_double"]
+    (tmp_path / "right").mkdir()
+    right = reference_copy("shard_map_double", tmp_path / "right")
+    report = check(problem, right, devices=(1,), seed=0, refusals=True)
+    assert report.passed, str(report)
+    labels = [r.label for r in report.runs[0].results]
+    assert labels[-len(problem.refusals) :] == [c.label for c in problem.refusals]
+    careless = solution_file(tmp_path, "def shard_map_double(x):\n    return x * 2\n")
+    report = check(problem, careless, devices=(1,), seed=0, refusals=True)
+    text = flat(str(report))
+    assert not report.passed
+    assert "returned a value where the statement's Raises section asks for TypeError" in text
+    # Without refusals=True the same careless answer is judged on the cases alone.
+    assert not any(
+        r.label in labels[-len(problem.refusals) :]
+        for r in check(problem, careless, devices=(1,), seed=0).runs[0].results
+    )

@@ -157,6 +157,12 @@ def _parser() -> argparse.ArgumentParser:
         "cluster do: --processes 2 checks on 1 device and on 2 processes x 4 devices "
         "(default: 1, one process)",
     )
+    checking.add_argument(
+        "--refusals",
+        action="store_true",
+        help="also run the inputs the statement's Raises section refuses: each passes "
+        "only if the solution raises the error named there",
+    )
     _add_launch_command(commands)
     _add_explain_command(commands)
     return parser
@@ -478,6 +484,7 @@ def _main(argv: Sequence[str] | None) -> int:
         seed=args.seed,
         processes=args.processes,
         deadline=args.deadline,
+        refusals=args.refusals,
     )
     if _interrupted.is_set():
         raise KeyboardInterrupt

@@ -140,6 +140,7 @@ def check(
     seed: int | None = None,
     processes: int = 1,
     deadline: float = DEFAULT_DEADLINE,
+    refusals: bool = False,
 ) -> CheckReport:
     """Run a solution on a problem's cases on each device count and report.
 
@@ -165,6 +166,11 @@ def check(
         process stops the whole cluster; the next cases run on a fresh one.
       deadline: seconds the whole check may take; cases not finished by then are
         reported as not run (the report prints it).
+      refusals: also run the inputs the statement refuses, one per clause of its
+        "Raises" section (:attr:`~shard_tutorial.problem.Problem.refusals`): each
+        passes only if the solution raises the error the statement names. Off by
+        default for now: the pages' examples of sharding mistakes check no
+        arguments, and their reports are about the sharding.
 
     Returns:
       A :class:`CheckReport`; ``report.passed`` says whether every case passed.
@@ -173,7 +179,7 @@ def check(
       KeyError: for an unknown problem.
       FileNotFoundError: if ``solution`` names a file that does not exist.
       IsADirectoryError: if ``solution`` names a directory.
-      TypeError: for a timeout or a seed that is not a number.
+      TypeError: for a timeout or a seed that is not a number, or ``refusals`` not a bool.
       ValueError: for a device count below 1, a timeout that is not positive, a
         negative seed, or ``processes`` below 1 or not dividing a device count above 1.
       KeyboardInterrupt: when interrupted; the workers are stopped first.
@@ -220,6 +226,9 @@ def check(
     if type(processes) is not int or processes < 1:
         msg = f"processes must be a whole number >= 1, got {processes!r}"
         raise ValueError(msg)
+    if not isinstance(refusals, bool):
+        msg = f"refusals must be True or False, got {type(refusals).__name__} {refusals!r}"
+        raise TypeError(msg)
     wrong = [n for n in counts if n > 1 and n % processes]
     if wrong:
         msg = (
@@ -251,7 +260,8 @@ def check(
         cases += [problem.generate(rng) for _ in range(RANDOM_CASES)]
     else:
         seed = None
-    cases += problem.refusals  # last: the worker lays out none of them (see _check_worker)
+    if refusals:
+        cases += problem.refusals  # last: the worker lays out none of them (_check_worker)
     if load_error is not None:
         runs = tuple(DeviceRun(n, (), load_error, processes if n > 1 else 1) for n in counts)
         notes: tuple[str, ...] = ()
