@@ -403,8 +403,9 @@ class Problem:
 
         Examples:
           >>> from shard_tutorial.problems import get_problem
-          >>> [(c.label, c.raises) for c in get_problem("nnx_data_parallel_step").refusals][:1]
-          [('a fractional seed (3.5)', 'ValueError')]
+          >>> refused = get_problem("nnx_data_parallel_step").refusals
+          >>> next((c.args[0], c.raises) for c in refused if c.label.startswith("a fractional"))
+          (3.5, 'ValueError')
         """
         found = tuple(self.make_refusals()) if self.make_refusals is not None else ()
         for case in found:
