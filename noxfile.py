@@ -34,7 +34,6 @@ PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
 # docs, browser, lint), as Read the Docs does.
 TEST_PYTHONS = ["3.11", "3.13"]
 DOCS_PYTHON = "3.12"
-DEVICE_COUNTS = ["1", "8"]
 # Every pytest run uses both cores (pytest-xdist). Tests marked `subprocesses` or
 # `distributed` start processes of their own (the checker's workers, 2-process clusters),
 # but spend much of their time waiting for them to start JAX, or for a hang to be
@@ -100,6 +99,21 @@ def _install(session: nox.Session, *groups: str) -> None:
 # (tests/problems, and each reference pasted into a file and checked), the corpus of
 # answers, and everything that judges them or reads compiled programs, whose text
 # differs between the stacks. (They took 5.6 of the oldest run's 24 CPU-minutes.)
+# The reference tests whose module holds no behaviour of one JAX version (each
+# reference against NumPy at many shapes, its errors, its docstring's claims): on the
+# oldest stack every reference is checked against its oracle on every case by the
+# checker itself (tests/test_pasted_solutions.py, marked `oldest`). The modules that
+# do hold a version's behaviour (fsdp, simulate, psum, all_to_all, moe) run on both.
+ORACLE_ONLY = [
+    f"tests/problems/test_{name}.py"
+    for name in (
+        "shard_map_double", "shard_map_vs_vmap", "shard_map_pmean", "shard_map_all_gather",
+        "shard_map_ppermute", "shard_map_psum_scatter", "shard_map_axis_index",
+        "data_parallel_sgd_step", "tensor_parallel_mlp", "nnx_data_parallel_step",
+        "collective_matmul_all_gather", "collective_matmul_reduce_scatter",
+        "pipeline_forward", "ring_attention", "zero_adam_step",
+    )
+]  # fmt: skip
 PAGE_MODELS = [
     "tests/test_reference_transformations.py",
     "tests/test_collectives_transformations.py",
@@ -113,43 +127,37 @@ PAGE_MODELS = [
 
 @nox.session(python=TEST_PYTHONS)
 def tests(session: nox.Session) -> None:
-    """Run the test suite: in-process tests on 1 and 8 devices, subprocess tests once.
+    """Run the in-process test suite at 8 devices; on the oldest stack, its process tests too.
 
-    The newest stack runs everything but the tests marked `oldest`: the in-process
-    tests at 1 and at 8 devices (the pages' models, PAGE_MODELS, at 8 only, as the
-    pages run them), then the tests that start processes. The oldest runs
-    what can differ with JAX's version: the in-process tests at 8 devices (where the
-    stacks' programs and collectives differ) but the pages' models, and
-    the process tests but those marked
-    `once` (what a check does with hangs, crashes and Ctrl-C depends on no JAX). Those
-    marked `oldest` check on the oldest stack what the docs build checks on the newest:
-    every problem's reference passes the checker on 1 and 8 devices (pyproject.toml).
+    The newest stack's other passes (1 device, and the tests that start processes) are
+    the session `tests_newest`, so that nox runs them beside this one: the 8-device
+    pass alone is CI's longest piece of work. The oldest runs what can differ with
+    JAX's version: the in-process tests at 8 devices (where the stacks' programs and
+    collectives differ) but the pages' models and the reference tests that hold no
+    version's behaviour (ORACLE_ONLY), and the process tests but those marked `once`
+    (what a check does with hangs, crashes and Ctrl-C depends on no JAX). Those marked
+    `oldest` check on the oldest stack what the docs build checks on the newest: every
+    problem's reference passes the checker on 1 and 8 devices (pyproject.toml).
     """
     _install(session, "test")
     newest = session.python == TEST_PYTHONS[-1]
     # With arguments (`-- -k psum`) one of the runs may select no test (pytest's exit 5).
     codes = [0, 5] if session.posargs else [0]
-    env = _jax_env()
-    # A test marked `subprocesses` runs its work in processes that choose their own device
-    # counts (the checker's workers run 1 and 8 devices whatever this process has), so
-    # --devices cannot change its outcome: it runs once, not once per count.
-    for count in DEVICE_COUNTS if newest else DEVICE_COUNTS[-1:]:
-        # Tests marked `once` run in one pass: the newest Python at 8 devices (pyproject.toml).
-        once = newest and count == DEVICE_COUNTS[-1]
-        marks = "not subprocesses" + ("" if once else " and not once")
-        marks += " and not oldest" if newest else ""
-        pages = newest and count == "8"  # the pages' models: as the pages run them
-        ignored = [] if pages else [f"--ignore={path}" for path in PAGE_MODELS]
-        session.run(
-            "pytest", f"--devices={count}", "-m", marks, *WORKERS, *ignored,
-            *_timed(session, f"devices{count}"), *session.posargs,
-            success_codes=codes, env=env,
-        )  # fmt: skip
-    # The multi-process tests have their own session, `distributed`.
-    marks = "subprocesses and not distributed" + (" and not oldest" if newest else " and not once")
+    # Tests marked `once` run in one pass: the newest Python at 8 devices (pyproject.toml).
+    marks = "not subprocesses" + (" and not oldest" if newest else " and not once")
+    ignored = [] if newest else [f"--ignore={p}" for p in PAGE_MODELS + ORACLE_ONLY]
+    session.run(
+        "pytest", "--devices=8", "-m", marks, *WORKERS, *ignored,
+        *_timed(session, "devices8"), *session.posargs, success_codes=codes, env=_jax_env(),
+    )  # fmt: skip
+    if not newest:
+        _process_tests(session, "subprocesses and not distributed and not once", codes)
+
+
+def _process_tests(session: nox.Session, marks: str, codes: list[int]) -> None:
     session.run(
         "pytest", "-m", marks, *WORKERS, *_timed(session, "subprocesses"), *session.posargs,
-        success_codes=codes, env=env,
+        success_codes=codes, env=_jax_env(),
     )  # fmt: skip
 
 
@@ -261,6 +269,26 @@ def _chromium(session: nox.Session) -> str:
             "(or set CHROMIUM to a Chromium executable)"
         )
     return found
+
+
+@nox.session(python=TEST_PYTHONS[-1])
+def tests_newest(session: nox.Session) -> None:
+    """Run the newest stack's in-process tests at 1 device, then the tests that start processes.
+
+    A test marked `subprocesses` runs its work in processes that choose their own
+    device counts (the checker's workers run 1 and 8 devices whatever this process
+    has), so --devices cannot change its outcome: it runs once, not once per count.
+    The pages' models are tested at 8 devices only, as the pages run them (`tests`).
+    """
+    _install(session, "test")
+    codes = [0, 5] if session.posargs else [0]
+    session.run(
+        "pytest", "--devices=1", "-m", "not subprocesses and not once and not oldest",
+        *WORKERS, *[f"--ignore={p}" for p in PAGE_MODELS], *_timed(session, "devices1"),
+        *session.posargs, success_codes=codes, env=_jax_env(),
+    )  # fmt: skip
+    # The multi-process tests have their own session, `distributed`.
+    _process_tests(session, "subprocesses and not distributed and not oldest", codes)
 
 
 @nox.session(python=DOCS_PYTHON)

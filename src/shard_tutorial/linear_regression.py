@@ -31,6 +31,7 @@ __all__ = [
     "gradient_unused",
     "make_case",
     "oracle_step",
+    "step_refusals",
     "unsharded_step",
 ]
 
@@ -273,3 +274,23 @@ def explain_step(
     if close(moved_w, 0 * moved_w) and close(moved_b, 0 * moved_b):
         return "The parameters did not move: was the update w - lr * dw returned?"
     return None
+
+
+def step_refusals() -> list[Case]:
+    """The inputs an SGD step's statement refuses: one per clause of its "Raises" section.
+
+    Examples:
+      >>> [c.raises for c in step_refusals()].count("ValueError")
+      4
+    """
+    w, b = np.ones((2, 1), np.float32), np.ones(1, np.float32)
+    x, y = np.ones((4, 2), np.float32), np.ones((4, 1), np.float32)
+    return [
+        Case("w a list, not an array", (w.tolist(), b, x, y, 0.1), raises="TypeError"),
+        Case("int32 x: not floating-point", (w, b, x.astype(np.int32), y, 0.1), raises="TypeError"),
+        Case("lr a string ('0.1')", (w, b, x, y, "0.1"), raises="TypeError"),
+        Case("x of 4 rows, y of 3", (w, b, x, y[:3], 0.1), raises="ValueError"),
+        Case("an empty batch", (w, b, x[:0], y[:0], 0.1), raises="ValueError"),
+        Case("lr nan", (w, b, x, y, float("nan")), raises="ValueError"),
+        Case("lr infinite", (w, b, x, y, float("inf")), raises="ValueError"),
+    ]

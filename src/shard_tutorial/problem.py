@@ -31,6 +31,7 @@ __all__ = [
     "Problem",
     "Technique",
     "first_block_only",
+    "no_communication",
     "precise",
 ]
 
@@ -99,6 +100,16 @@ class Forbidden:
     kind: str
     why: str
     at_least: Callable[[tuple[Any, ...]], int] | None = dataclasses.field(default=None, repr=False)
+
+
+def no_communication(why: str) -> tuple[Forbidden, ...]:
+    """Every collective forbidden, each for ``why``: a problem whose devices work alone.
+
+    Examples:
+      >>> [rule.kind for rule in no_communication("each device doubles its own block")]
+      ['all-reduce', 'all-gather', 'reduce-scatter', 'collective-permute', 'all-to-all']
+    """
+    return tuple(Forbidden(kind, why) for kind in KINDS_IN_WORDS)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -166,7 +166,7 @@ def _args(**changes: object) -> tuple[object, ...]:
         ({"m": np.ones((3, 2), np.int32)}, TypeError, ["m", "int32"]),
         ({"v": [[1.0, 2.0]] * 3}, TypeError, ["v", "list"]),
         ({"step": 0}, ValueError, ["step", ">= 1"]),
-        ({"step": 1.5}, ValueError, ["step", "1.5"]),
+        ({"step": 1.5}, TypeError, ["step", "whole number", "1.5"]),  # the statement's TypeError
         ({"step": True}, TypeError, ["step"]),
         ({"lr": float("nan")}, ValueError, ["lr", "nan"]),
         ({"lr": "0.1"}, TypeError, ["lr"]),

@@ -29,6 +29,7 @@ from shard_tutorial.linear_regression import (
     gradient_unused,
     make_case,
     oracle_step,
+    step_refusals,
     unsharded_step,
 )
 from shard_tutorial.meshes import data_mesh, data_mesh_for, place, usable_device_count
@@ -332,21 +333,6 @@ BUDGET = Budget(
 """What a solution may hold per device, from the statement's words."""
 
 
-def _refusals() -> list[Case]:
-    """One input per clause of the statement's "Raises" section, with the error it names."""
-    w, b = np.ones((2, 1), np.float32), np.ones(1, np.float32)
-    x, y = np.ones((4, 2), np.float32), np.ones((4, 1), np.float32)
-    return [
-        Case("w a list, not an array", (w.tolist(), b, x, y, 0.1), raises="TypeError"),
-        Case("int32 x: not floating-point", (w, b, x.astype(np.int32), y, 0.1), raises="TypeError"),
-        Case("lr a string ('0.1')", (w, b, x, y, "0.1"), raises="TypeError"),
-        Case("x of 4 rows, y of 3", (w, b, x, y[:3], 0.1), raises="ValueError"),
-        Case("an empty batch", (w, b, x[:0], y[:0], 0.1), raises="ValueError"),
-        Case("lr nan", (w, b, x, y, float("nan")), raises="ValueError"),
-        Case("lr infinite", (w, b, x, y, float("inf")), raises="ValueError"),
-    ]
-
-
 PROBLEM = Problem(
     name="fsdp_sgd_step",
     title="Fully-sharded SGD",
@@ -374,7 +360,7 @@ PROBLEM = Problem(
         Placement(axis=0, blocks=_shared_devices, spec='P("data", None)'),
         Placement(axis=None),
     ),
-    make_refusals=_refusals,
+    make_refusals=step_refusals,
     folder="training",
     outputs=("w", "b"),
     arrange=_arrange,

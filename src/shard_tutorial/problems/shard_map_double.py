@@ -18,7 +18,14 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shard_tutorial.meshes import data_mesh_for, place
-from shard_tutorial.problem import Case, Forbidden, Problem, Technique, first_block_only, precise
+from shard_tutorial.problem import (
+    Case,
+    Problem,
+    Technique,
+    first_block_only,
+    no_communication,
+    precise,
+)
 from shard_tutorial.validation import check_array
 
 __all__ = ["PROBLEM", "shard_map_double"]
@@ -151,15 +158,8 @@ def _generate(rng: np.random.Generator) -> Case:
 
 
 TECHNIQUE = Technique(
-    forbidden=tuple(
-        Forbidden(kind, "doubling needs no communication: each device doubles its own block")
-        for kind in (
-            "all-reduce",
-            "all-gather",
-            "reduce-scatter",
-            "collective-permute",
-            "all-to-all",
-        )
+    forbidden=no_communication(
+        "doubling needs no communication: each device doubles its own block"
     ),
 )
 """What a solution must do besides computing the right values (the statement's

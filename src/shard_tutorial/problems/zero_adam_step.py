@@ -255,10 +255,17 @@ def _check_inputs(
             "squared error of no elements is not a number"
         )
         raise ValueError(msg)
-    count = (
-        step if isinstance(step, jax.core.Tracer) else require_whole_number(step, "step", minimum=1)
-    )
-    return count, require_finite_number(lr, "lr")
+    if isinstance(step, jax.core.Tracer):
+        return step, require_finite_number(lr, "lr")
+    number = step.item() if isinstance(step, jax.Array | np.ndarray) and step.shape == () else step
+    if (
+        isinstance(number, float | np.floating)
+        and math.isfinite(number)
+        and number != math.floor(number)
+    ):  # the statement's TypeError: "a step that is not a whole number" (step counts)
+        msg = f"step must be a whole number (an int), got {step!r}"
+        raise TypeError(msg)
+    return require_whole_number(step, "step", minimum=1), require_finite_number(lr, "lr")
 
 
 def oracle(
@@ -531,13 +538,7 @@ BUDGET = Budget(
 
 
 def _refusals() -> list[Case]:
-    """One input per clause of the statement's "Raises" section, with the error it names.
-
-    (A fractional ``step`` such as ``2.5`` is left out: the statement's TypeError
-    for "a step that is not a whole number" reads as covering it, but the
-    reference raises ValueError for it, as
-    :func:`~shard_tutorial.validation.require_whole_number` does.)
-    """
+    """One input per clause of the statement's "Raises" section, with the error it names."""
     w = m = v = np.ones((2, 1), np.float32)
     x, y = np.ones((4, 2), np.float32), np.ones((4, 1), np.float32)
     ints, wide = x.astype(np.int32), np.ones((2, 2), np.float32)
@@ -545,6 +546,7 @@ def _refusals() -> list[Case]:
         Case("w a list, not an array", (w.tolist(), m, v, x, y, 3, 0.1), raises="TypeError"),
         Case("int32 x: not floating-point", (w, m, v, ints, y, 3, 0.1), raises="TypeError"),
         Case("step a string ('3')", (w, m, v, x, y, "3", 0.1), raises="TypeError"),
+        Case("a fractional step (2.5)", (w, m, v, x, y, 2.5, 0.1), raises="TypeError"),
         Case("lr a string ('0.1')", (w, m, v, x, y, 3, "0.1"), raises="TypeError"),
         Case("m of shape (2, 2), w of (2, 1)", (w, wide, v, x, y, 3, 0.1), raises="ValueError"),
         Case("an empty batch", (w, m, v, x[:0], y[:0], 3, 0.1), raises="ValueError"),
