@@ -278,13 +278,16 @@ def tests_newest(session: nox.Session) -> None:
     A test marked `subprocesses` runs its work in processes that choose their own
     device counts (the checker's workers run 1 and 8 devices whatever this process
     has), so --devices cannot change its outcome: it runs once, not once per count.
-    The pages' models are tested at 8 devices only, as the pages run them (`tests`).
+    The pages' models are tested at 8 devices only, as the pages run them (`tests`);
+    the references' tests against NumPy (ORACLE_ONLY) too: on 1 device every
+    reference is checked against its oracle on every case by the docs build's checks.
     """
     _install(session, "test")
     codes = [0, 5] if session.posargs else [0]
     session.run(
         "pytest", "--devices=1", "-m", "not subprocesses and not once and not oldest",
-        *WORKERS, *[f"--ignore={p}" for p in PAGE_MODELS], *_timed(session, "devices1"),
+        *WORKERS, *[f"--ignore={p}" for p in PAGE_MODELS + ORACLE_ONLY],
+        *_timed(session, "devices1"),
         *session.posargs, success_codes=codes, env=_jax_env(),
     )  # fmt: skip
     # The multi-process tests have their own session, `distributed`.

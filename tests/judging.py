@@ -87,9 +87,8 @@ def check_here(
     8 (one on 1 device, where they are all alike), and no random ones: a mistake
     shows on those, in a fraction of the time (every case compiles its own programs;
     an eager ``shard_map`` compiles each of its operations anew at every call, a
-    thousand programs for a ring of 8). ``lean`` keeps two of the four: the first,
-    and the largest whose bytes held a budget limits (else the second), and none on 1
-    device; ``"eager"`` keeps the statement's example and that largest, if any (else
+    thousand programs for a ring of 8). ``lean`` keeps the first of the four, and the
+    largest case whose bytes held a budget limits, if any, and none on 1 device; ``"eager"`` keeps the statement's example and that largest, if any (else
     the first split case if the example's mesh has one device).
     With ``refusals``, the inputs the statement refuses too (after those few), as a
     check runs them: cheap, since a right answer raises before it computes; the tests
@@ -111,12 +110,11 @@ def check_here(
     if not lean:
         cases = every[:2] + split[: 4 if jax.device_count() > 1 else 1]
     else:
-        # Two split cases on 8: the first, and the last whose budget limits the bytes
-        # held (the largest: where a right answer comes closest to the limit), else
-        # the second.
+        # On 8: the first split case, and the last whose budget limits the bytes held
+        # (the largest: where a right answer comes closest to the limit), if any.
         held = [c for c in split[1:] if problem.budget and "held" in problem.budget.limits(c.args)]
         cases = every[:2] + (
-            split[:1] + (held[-1:] or split[1:2]) if jax.device_count() > 1 else []
+            split[:1] + held[-1:] if jax.device_count() > 1 else []
         )  # on 1 device every mesh has one device: the example and the smallest case
         if OLDEST and jax.device_count() > 1:
             # jax 0.10 differs in how its programs print, not in what a case asks: one
