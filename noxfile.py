@@ -285,7 +285,8 @@ def tests_newest(session: nox.Session) -> None:
     _install(session, "test")
     codes = [0, 5] if session.posargs else [0]
     session.run(
-        "pytest", "--devices=1", "-m", "not subprocesses and not once and not oldest",
+        "pytest", "--devices=1",
+        "-m", "not subprocesses and not once and not oldest and not one_device_work",
         *WORKERS, *[f"--ignore={p}" for p in PAGE_MODELS + ORACLE_ONLY],
         *_timed(session, "devices1"),
         *session.posargs, success_codes=codes, env=_jax_env(),

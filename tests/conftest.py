@@ -21,11 +21,13 @@ from processes import COMMAND_STARTS
 
 # JAX compiles once per new shape, which can take longer than hypothesis' default
 # per-example deadline on a loaded machine; the suite has no timing assertions. Each
-# example is a new shape, so a compile (0.1 to 0.5 s): 10 examples, not hypothesis'
-# 100, cover what decides the layout (0, 1, primes, multiples of 8 and not). On one
-# device every shape has the same layout, that one device: 5 examples there.
-hypothesis.settings.register_profile("jax", deadline=None, max_examples=10)
-hypothesis.settings.register_profile("jax-one-device", deadline=None, max_examples=5)
+# example is a new shape, so a compile (0.1 to 0.5 s): 6 examples, not hypothesis' 100.
+# Hypothesis tries the small and boundary values first (0, 1, the smallest sizes a
+# strategy allows), and the checker's own cases hold the layouts each problem must get
+# right (primes, multiples of 8 and not), so the examples are for what no one wrote
+# down. On one device every shape has the same layout, that one device: 3 there.
+hypothesis.settings.register_profile("jax", deadline=None, max_examples=6)
+hypothesis.settings.register_profile("jax-one-device", deadline=None, max_examples=3)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -45,7 +45,12 @@ def test_a_budget_of_bytes_sent_is_what_the_reference_sends(name, pasted):
     # ones, on 1 and 8 devices, is test_pasted_solutions.py's check of it.)
     problem = PROBLEMS[name]
     compared = 0
+    # On one device every case is a mesh of one, whose budget is nothing sent: two
+    # cases show it (each case's own mesh is 8 devices' question, and the tests' there).
+    enough = len(problem.cases) if jax.device_count() > 1 else 2
     for case in problem.cases:
+        if compared == enough:
+            break
         args = problem.arranged(case)
         limit = problem.budget.limits(args).get("sent")
         if limit is None:

@@ -32,7 +32,12 @@ def test_each_reference_runs_the_collectives_its_problem_asks_for(name, device_c
     problem = PROBLEMS[name]
     if problem.technique is None:
         pytest.skip("a problem that simulates devices on one asks for no technique")
-    for case in problem.cases[:4]:
+    # On one device a technique asks for no collective (a mesh of one has nothing to
+    # combine): one case shows the references accept that; 8 devices take four.
+    judged = 0
+    for case in problem.cases:
+        if judged == (4 if device_count > 1 else 1):
+            break
         if any(np.size(a) == 0 for a in case.args if isinstance(a, np.ndarray)):
             continue  # nothing to split: nothing is asked for
         event, _ = answer(problem.reference, problem.arranged(case))
@@ -42,6 +47,8 @@ def test_each_reference_runs_the_collectives_its_problem_asks_for(name, device_c
             problem.technique, case, device_count, wanted, programs, "practises"
         )
         assert verdict is None, (case.label, verdict)
+        judged += 1
+    assert judged
 
 
 def test_unsharded_code_is_told_where_and_how_it_computed(device_count):

@@ -60,7 +60,7 @@ def _values(dtype: type, shape: tuple[int, ...], seed: int) -> np.ndarray:
     return values.astype(dtype)
 
 
-# 12 examples per problem: each (dtype, length) pair compiles once; together they cover
+# 8 examples per problem: each (dtype, length) pair compiles once; together they cover
 # the integer, float (bfloat16, float16, float8) and complex kinds at lengths 0-17.
 @pytest.mark.parametrize("name", ONE_ARRAY)
 @settings(max_examples=8, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -49,7 +49,7 @@ def test_each_strategy_takes_the_numpy_step_and_the_unsharded_jax_step(strategy)
     assert not np.allclose(np.asarray(new[0]), w1)
 
 
-@settings(max_examples=8)
+@settings(max_examples=4)
 @given(
     batch=st.integers(1, 12),
     d=st.integers(1, 6),

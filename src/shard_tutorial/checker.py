@@ -110,8 +110,9 @@ MEMORY_LIMIT = 3 * 2**30
 (most of it reserved, not used); a solution that needs more than the rest is stopped."""
 OUTPUT_LIMIT = 256 * 2**20
 """Bytes a worker may print: beyond, the process is stopped (``SIGXFSZ``)."""
-RANDOM_CASES = 3
-"""Fresh random cases added to every check of a problem that can generate them."""
+RANDOM_CASES = 2
+"""Fresh random cases added to every check of a problem that can generate them (new
+shapes on every run; the statement's cases hold the edges each problem must get right)."""
 MAX_LOST = 2
 """Cases in a row that may lose their process (a hang, a crash) before the rest are not run."""
 MAX_HANGS = 2

@@ -15,6 +15,7 @@ import pytest
 from judging import pasted_reference, reference_checked_on_a_cluster
 
 from shard_tutorial import PROBLEMS, check, reference_copy
+from shard_tutorial.checker import RANDOM_CASES
 from shard_tutorial.launcher import COORDINATOR
 
 pytestmark = [pytest.mark.subprocesses, pytest.mark.distributed]
@@ -78,7 +79,7 @@ def test_the_references_of_part_vi_pass_on_a_cluster(name, tmp_path):
     assert [run.name for run in report.runs] == [CLUSTER]
     assert report.passed, str(report)
     run = report.runs[0]
-    assert len(run.results) == len(problem.cases) + 3  # the random cases too
+    assert len(run.results) == len(problem.cases) + RANDOM_CASES
     assert run.processes == 2
     assert run.devices == 8
 

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.once
 PROBLEM = get_problem("collective_matmul_reduce_scatter")
 
 # Each example compiles for its shapes: a few, chosen by S and F (which set the mesh).
-FEW = settings(max_examples=6, deadline=None)
+FEW = settings(max_examples=4, deadline=None)
 
 
 @FEW

@@ -44,7 +44,7 @@ def _numpy_moe(x: np.ndarray, logits: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 # Each example compiles for its shapes; a few, chosen among the device counts that matter.
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=4, deadline=None)
 @given(
     n=st.sampled_from([1, 2, 3, 4, 8]),
     per_device=st.integers(1, 3),

@@ -37,7 +37,7 @@ def _numpy(x: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 # Each example compiles a new program (M + n - 1 ticks unrolled): a few of them.
-@settings(max_examples=8)
+@settings(max_examples=4)
 @given(
     microbatches=st.integers(1, 6),
     rows=st.integers(1, 3),

@@ -27,6 +27,7 @@ def batches(draw: st.DrawFn) -> tuple[int, np.ndarray, int, int]:
     return seed, x, num_shards, draw(st.integers(1, 4))
 
 
+@pytest.mark.one_device_work
 @given(batches())
 def test_simulation_equals_the_unsharded_model(batch):
     seed, x, num_shards, features = batch
@@ -46,6 +47,7 @@ def test_real_sharding_equals_the_simulation(batch):
     np.testing.assert_allclose(np.asarray(real).reshape(-1), simulated, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.one_device_work
 def test_the_shard_count_does_not_change_the_result():
     x = jnp.asarray(np.random.default_rng(0).normal(size=(24, 5)).astype(np.float32))
     results = [shard_map_simulate(3, x, k, 4) for k in (1, 2, 3, 4, 6, 8, 12, 24)]

@@ -56,7 +56,7 @@ def test_each_case_matches_the_closed_form_step(case, assert_matches_oracle, dev
     _assert_laid_out(result, _devices(x.shape[0], w.shape[0], device_count))
 
 
-@settings(max_examples=6)
+@settings(max_examples=4)
 @given(
     st.integers(1, 8),
     st.integers(1, 3),
