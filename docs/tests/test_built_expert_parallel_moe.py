@@ -63,6 +63,8 @@ def test_capacity_and_dropping():
 def test_the_pitfalls_are_diagnosed():
     assert "best expert on its own device" in flat(cell_output("def local_argmax_layer("))
     assert "stayed on the devices of the experts" in flat(cell_output("def no_return_layer("))
+    dealt = flat(cell_output("def round_robin_layer("))
+    assert "instead of its expert e: the code looked for expert e on device e % 8" in dealt
     assert "8 of the 16 tokens were dropped" in flat(cell_output("skewed_case = Case("))
     text = cell_output("def gathered_experts_layer(")
     assert "all-gather -> f32[8,4,3] (384 bytes)" in text

@@ -72,6 +72,8 @@ def test_the_pitfalls_show_what_the_answer_is():
     assert labelled(text, "microbatch 2: largest difference")[0] == 0.0
     assert labelled(text, "microbatch 3: largest difference")[0] > 0.01
     assert "the last output: [0. 0. 0. 0.]" in text
+    text = cell_output("def every_stage_added(")
+    assert "the sum of what every one of the 8 stages stored" in " ".join(text.split())
     text = cell_output("def gathered(")
     assert labelled(text, "largest difference:")[0] < 1e-5
     assert "all-gather -> f32[8,8,8] (2048 bytes)" in text

@@ -16,7 +16,7 @@ from jax.sharding import PartitionSpec as P
 from shard_tutorial import PROBLEMS, axis_mesh, expert_parallel_moe, usable_device_count
 from shard_tutorial.compiled import collectives
 from shard_tutorial.problem import Case
-from shard_tutorial.problems.expert_parallel_moe import local_argmax, no_return
+from shard_tutorial.problems.expert_parallel_moe import local_argmax, no_return, round_robin
 
 # Run once per CI, on the newest stack at 8 devices (pyproject.toml's markers): the
 # generic tests judge this problem on every stack and device count.
@@ -135,6 +135,10 @@ def test_the_classic_mistakes_are_explained():
     kept = no_return(x, logits, w, 8)
     assert not np.allclose(kept, PROBLEM.expected(case))
     assert "stayed on the devices of the experts" in PROBLEM.diagnose(case, kept.astype(np.float32))
+    two_each = next(c for c in PROBLEM.cases if c.label.startswith("T=24, E=16"))
+    dealt = round_robin(*two_each.args, 8).astype(np.float32)
+    assert not np.allclose(dealt, PROBLEM.expected(two_each))
+    assert "dealt round-robin" in PROBLEM.diagnose(two_each, dealt)
     dropped = PROBLEM.expected(case).copy()
     dropped[[3, 9]] = 0
     message = PROBLEM.diagnose(case, dropped)
@@ -157,6 +161,12 @@ def test_the_numpy_mistakes_agree_with_a_token_by_token_account():
     for t in range(8):
         expected[(best[t] // 2) * 4 + t % 4] += x[t].astype(np.float64) @ w[best[t]]
     np.testing.assert_allclose(no_return(x, logits, w, 2), expected, rtol=1e-6)
+    # round_robin on 2 devices of 2 experts: expert e is looked for on device e % 2 as its
+    # local expert e // 2, which is expert (e % 2) * 2 + e // 2: 0, 2, 1, 3 for 0, 1, 2, 3.
+    used = [(0, 2, 1, 3)[e] for e in best]
+    np.testing.assert_allclose(
+        round_robin(x, logits, w, 2), np.stack([x[t] @ w[e] for t, e in enumerate(used)]), rtol=1e-6
+    )
 
 
 @pytest.mark.parametrize(

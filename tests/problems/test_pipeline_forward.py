@@ -12,7 +12,11 @@ from hypothesis import strategies as st
 from shard_tutorial import PROBLEMS, pipeline_forward, usable_device_count
 from shard_tutorial.compiled import collectives
 from shard_tutorial.problem import Case
-from shard_tutorial.problems.pipeline_forward import _explain, pipeline_forward_schedule
+from shard_tutorial.problems.pipeline_forward import (
+    _explain,
+    every_stage_summed,
+    pipeline_forward_schedule,
+)
 
 # Run once per CI, on the newest stack at 8 devices (pyproject.toml's markers): the
 # generic tests judge this problem on every stack and device count.
@@ -205,6 +209,28 @@ def test_the_last_stages_layers_alone_are_explained(stages, layers_shown):
     text = _explained(_numpy(x, w[8 - 8 // stages :]))
     assert f"This is x through the last {layers_shown} of the 8 layers only" in text
     assert "did not pass their activations on" in text
+
+
+@pytest.mark.parametrize("ring", [False, True])
+@pytest.mark.parametrize("stages", [2, 8])
+def test_every_stages_outputs_summed_are_explained(stages, ring):
+    x, w = _case().args
+    summed = every_stage_summed(x, w, stages, ring=ring)
+    assert not np.allclose(summed, _numpy(x, w), atol=1e-3)
+    text = _explained(summed)
+    assert f"the sum of what every one of the {stages} stages stored" in text
+    assert "jnp.where(stage == n - 1, outputs, 0)" in text
+
+
+def test_every_stage_summed_is_the_sum_of_each_stages_microbatches():
+    # A token-by-token account of 2 stages of 4 layers, 4 microbatches, in a line: at
+    # index m, stage 1 stores microbatch m through all 8 layers; stage 0 stores
+    # microbatch m + 1 through its 4 (ticks 1-3), then, at tick 4, its bubble: zeros
+    # through its layers, tanh(0 @ w) = 0.
+    x, w = _case().args
+    expected = _numpy(x, w).astype(np.float64)
+    expected[:3] += _numpy(x[1:], w[:4])
+    np.testing.assert_allclose(every_stage_summed(x, w, 2), expected, rtol=1e-6, atol=1e-7)
 
 
 def test_too_few_ticks_are_explained():

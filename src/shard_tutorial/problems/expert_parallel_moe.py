@@ -230,6 +230,37 @@ def local_argmax(x: np.ndarray, logits: np.ndarray, w: np.ndarray, devices: int)
     return np.einsum("td,tdf->tf", precise(x), precise(w)[expert])
 
 
+def round_robin(x: np.ndarray, logits: np.ndarray, w: np.ndarray, devices: int) -> np.ndarray:
+    """Experts looked for as if dealt round-robin: the mistake of the wrong owner.
+
+    ``w`` split over ``"expert"`` gives device ``d`` the consecutive experts
+    ``d * E / n`` to ``(d + 1) * E / n - 1``. Code that sends expert ``e``'s tokens to
+    device ``e % n`` and reads its local expert ``e // n`` (as if expert ``e`` sat on
+    device ``e % n``) multiplies by expert ``(e % n) * E / n + e // n`` instead.
+
+    Args:
+      x: the tokens, (T, D).
+      logits: the router logits, (T, E).
+      w: the experts, (E, D, F).
+      devices: the device count ``n`` (dividing T and E).
+
+    Returns:
+      Row t: ``x[t] @ w[(e % n) * E / n + e // n]`` with ``e`` token t's expert.
+
+    Examples:
+      >>> import numpy as np
+      >>> from shard_tutorial.problems.expert_parallel_moe import round_robin
+      >>> w = np.arange(4.0).reshape(4, 1, 1)  # expert e multiplies by e
+      >>> logits = np.eye(4)  # token t wants expert t
+      >>> round_robin(np.ones((4, 1)), logits, w, 2)[:, 0]  # 2 devices, experts 0-1 and 2-3
+      array([0., 2., 1., 3.])
+    """
+    experts = logits.shape[1]
+    wanted = np.argmax(precise(logits), axis=1)
+    used = (wanted % devices) * (experts // devices) + wanted // devices
+    return np.einsum("td,tdf->tf", precise(x), precise(w)[used])
+
+
 def no_return(x: np.ndarray, logits: np.ndarray, w: np.ndarray, devices: int) -> np.ndarray:
     """Each device's results left where they were computed: the mistake of no return trip.
 
@@ -259,6 +290,7 @@ def _explain(case: Case, expected: np.ndarray, received: np.ndarray) -> str | No
     """Recognise the classic expert-parallel mistakes in a wrong output.
 
     - the router's argmax taken over the token's own device's experts only;
+    - experts looked for on device ``e % n`` (dealt round-robin), not ``e // (E / n)``;
     - no return all-to-all: the results left on the experts' devices;
     - tokens dropped (their rows are zeros), as a too-small capacity does.
     """
@@ -280,6 +312,15 @@ def _explain(case: Case, expected: np.ndarray, received: np.ndarray) -> str | No
                 f"there, on {devices} devices), not to the best of all {experts}: the router's "
                 "argmax is over every expert, and a token whose expert lives on another device "
                 'must be sent there (jax.lax.all_to_all over "expert")'
+            )
+        if experts // devices > 1 and close(got, round_robin(x, logits, w, devices)):
+            return (
+                f"Each token was multiplied by expert (e % {devices}) * {experts // devices} "
+                f"+ e // {devices} instead of its expert e: the code looked for expert e on "
+                f"device e % {devices}, as if the experts had been dealt round-robin. "
+                f'Splitting w over "expert" gives each device consecutive experts: expert e '
+                f"is on device e // {experts // devices} (E / n = {experts // devices} each), "
+                f"as its local expert e % {experts // devices}"
             )
         if close(got, no_return(x, logits, w, devices)):
             return (

@@ -216,6 +216,58 @@ def _through(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return _oracle(x, w) if len(w) else precise(x)
 
 
+def every_stage_summed(
+    x: np.ndarray, w: np.ndarray, stages: int, *, ring: bool = False
+) -> np.ndarray:
+    """Every stage's outputs summed: the mistake of a ``psum`` with no mask.
+
+    The reference's schedule, in NumPy, with one change: at each tick every stage
+    (not only the last) stores the activation it holds at the index of the
+    microbatch the last stage finishes, and the outputs of all stages are summed.
+    Stage ``s`` then adds, at index ``m``, its own activation of microbatch
+    ``m + n - 1 - s`` (through its layers and those before it), or what its bubble
+    holds.
+
+    Args:
+      x: the microbatches, (M, B, D).
+      w: the layers, (L, D, D).
+      stages: the number of stages ``n`` (dividing L).
+      ring: whether the activations travel in a ring (the last stage sends to the
+        first, whose bubble ticks then run on it) rather than along a line.
+
+    Returns:
+      The sum over the stages of what each one stored, (M, B, D), at 64 bits.
+
+    Examples:
+      One stage: the right outputs. Two stages of one layer, two microbatches of
+      one number, weights 1: stage 0 stores microbatch 1 then nothing at index 0
+      and 1, stage 1 stores microbatches 0 and 1:
+
+      >>> import numpy as np
+      >>> from shard_tutorial.problems.pipeline_forward import every_stage_summed
+      >>> x, w = np.array([[[0.5]], [[1.0]]]), np.ones((2, 1, 1))
+      >>> np.allclose(every_stage_summed(x, w, 1), np.tanh(np.tanh(x)))
+      True
+      >>> got = every_stage_summed(x, w, 2)[:, 0, 0]
+      >>> np.allclose(got, [np.tanh(1.0) + np.tanh(np.tanh(0.5)), np.tanh(np.tanh(1.0))])
+      True
+    """
+    x, w = precise(x), precise(w)
+    microbatches, per_stage = x.shape[0], w.shape[0] // stages
+    h = np.zeros((stages, *x.shape[1:]))
+    outputs = np.zeros((stages, *x.shape))
+    for tick in range(microbatches + stages - 1):
+        if tick < microbatches:
+            h[0] = x[tick]
+        h = np.stack(
+            [_through(h[s], w[s * per_stage : (s + 1) * per_stage]) for s in range(stages)]
+        )
+        if tick >= stages - 1:
+            outputs[:, tick - (stages - 1)] = h
+        h = np.concatenate([h[-1:] if ring else np.zeros_like(h[:1]), h[:-1]])
+    return outputs.sum(axis=0)
+
+
 def _explain(case: Case, expected: np.ndarray, received: np.ndarray) -> str | None:
     """Recognise the classic pipeline mistakes in a wrong output.
 
@@ -225,6 +277,8 @@ def _explain(case: Case, expected: np.ndarray, received: np.ndarray) -> str | No
     - ``x`` through the last stage's layers only: each stage read ``x`` itself
       instead of the activation of the stage before;
     - the last microbatches 0: the pipeline stopped short of ``M + n - 1`` ticks;
+    - every stage's outputs summed: the psum given every stage's outputs, not the
+      last stage's and zeros elsewhere (:func:`every_stage_summed`);
     - the outputs shifted by one microbatch: stored one tick off.
 
     Examples:
@@ -273,6 +327,16 @@ def _explain(case: Case, expected: np.ndarray, received: np.ndarray) -> str | No
                 f"pipeline stopped {missing} tick{'s' if missing > 1 else ''} early. With n "
                 "stages it takes M + n - 1 ticks for the last microbatch, started by stage 0 "
                 "at tick M - 1, to leave the last stage"
+            )
+    for stages in device_counts(layers):  # 2 or more: on one stage its outputs are the answer
+        if any(close(got, every_stage_summed(x, w, stages, ring=r)) for r in (False, True)):
+            return (
+                f"The outputs are the sum of what every one of the {stages} stages stored: "
+                "each stage wrote the activation it held into its outputs, and the psum "
+                "added them all. Only the last stage's are finished outputs (the others hold "
+                "microbatches part-way through the layers, or bubbles): keep the last "
+                "stage's and zeros elsewhere (jnp.where(stage == n - 1, outputs, 0)) before "
+                'the psum over "stage"'
             )
     if microbatches > 1 and (close(got[1:], expected[:-1]) or close(got[:-1], expected[1:])):
         late = close(got[1:], expected[:-1])
