@@ -24,6 +24,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from shard_tutorial.communication import bytes_per_number
 from shard_tutorial.meshes import axis_mesh, place, usable_device_count
 from shard_tutorial.problem import Budget, Case, Forbidden, Placement, Problem, Technique, precise
 from shard_tutorial.problems._blocks import device_counts
@@ -439,30 +440,10 @@ def _limits(args: tuple[Any, ...]) -> dict[str, float]:
     x, _, w = args
     (tokens, d), (experts, _, f) = np.shape(x), np.shape(w)
     n = _contract_devices(args, jax.device_count())
-    item = _carried(x.dtype)
-    out_item = _carried(jnp.result_type(x.dtype, w.dtype))
+    item = bytes_per_number(x.dtype)
+    out_item = bytes_per_number(jnp.result_type(x.dtype, w.dtype))
     per_slot = d * item + max((experts // n) * item, 4) + f * out_item
     return {"sent": (n - 1) * (tokens // n) * per_slot}
-
-
-def _carried(dtype: Any) -> int:
-    """The bytes of one number of ``dtype`` in a collective of XLA's CPU backend.
-
-    XLA on CPU sends ``bfloat16`` as ``float32`` and the ``float8`` types as
-    ``float16`` (read from the compiled programs, jax 0.10 and 0.12); every other
-    dtype as itself.
-
-    Examples:
-      >>> import jax.numpy as jnp, numpy as np
-      >>> [_carried(d) for d in (jnp.bfloat16, jnp.float8_e4m3fn, np.float16, np.int8)]
-      [4, 2, 2, 1]
-    """
-    dtype = np.dtype(dtype)
-    if dtype == jnp.bfloat16:
-        return 4
-    if jnp.issubdtype(dtype, jnp.floating) and dtype.itemsize == 1:
-        return 2
-    return dtype.itemsize
 
 
 BUDGET = Budget(

@@ -22,6 +22,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from shard_tutorial.communication import bytes_per_number
 from shard_tutorial.meshes import axis_mesh, place, usable_device_count
 from shard_tutorial.problem import Budget, Case, Forbidden, Placement, Problem, Technique, precise
 from shard_tutorial.problems._blocks import device_counts
@@ -392,7 +393,17 @@ def _cases() -> list[Case]:
         case("M=1, L=8: one microbatch through 8 stages", 1, 2, 3, 8),
         case("M=1, L=1: one microbatch, one stage", 1, 2, 3, 1),
         case("M=8, B=4, D=16, L=8", 8, 4, 16, 8),
+        # The outputs in the dtype of tanh(x @ w[0]): bfloat16 throughout (few, narrow
+        # layers: each one's rounding adds up), and float16 x with float32 w, float32.
+        _cast(case("bfloat16 x and w, L=4", 3, 2, 4, 4), jnp.bfloat16, jnp.bfloat16),
+        _cast(case("float16 x, float32 w: float32 outputs", 3, 2, 3, 4), np.float16, np.float32),
     ]
+
+
+def _cast(case: Case, x_dtype: Any, w_dtype: Any) -> Case:
+    """``case`` with ``x`` and ``w`` in the given dtypes."""
+    x, w = case.args
+    return Case(case.label, (x.astype(x_dtype), w.astype(w_dtype)))
 
 
 def _mesh(args: tuple[Any, ...], devices: int) -> tuple[int, ...]:
@@ -455,8 +466,7 @@ def _limits(args: tuple[Any, ...]) -> dict[str, float]:
     if n == 1:
         return {"sent": 0.0}
     microbatches, rows, d = np.shape(x)
-    itemsize = np.dtype(jnp.result_type(x.dtype, w.dtype)).itemsize
-    activation = rows * d * itemsize
+    activation = rows * d * bytes_per_number(jnp.result_type(x.dtype, w.dtype))
     return {
         "sent": (microbatches + n - 2) * activation + 2 * (n - 1) / n * microbatches * activation
     }

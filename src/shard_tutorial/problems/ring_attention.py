@@ -22,6 +22,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from shard_tutorial.communication import bytes_per_number
 from shard_tutorial.meshes import axis_mesh, place, usable_device_count
 from shard_tutorial.problem import Budget, Case, Forbidden, Placement, Problem, Technique, precise
 from shard_tutorial.problems._blocks import device_counts
@@ -414,6 +415,10 @@ def _cases() -> list[Case]:
         _case(rng, "T=5, D=2: 5 of 8 devices", 5, 2, False),
         _case(rng, "T=32, D=8", 32, 8, False),
         _case(rng, "T=512, D=64, causal", 512, 64, True),
+        # The output in the dtype of q (each a right answer whether its scores are
+        # kept in float32 or in the dtype itself: both within the dtype's rounding).
+        _case(rng, "T=16, D=4 in bfloat16", 16, 4, False, dtype=jnp.bfloat16),
+        _case(rng, "T=8, D=2 in float16, causal", 8, 2, True, dtype=np.float16),
     ]
 
 
@@ -482,7 +487,9 @@ def _limits(args: tuple[Any, ...]) -> dict[str, float]:
     length, depth = np.shape(k)
     n = usable_device_count(length, jax.device_count())
     block = (length // n) * depth * np.dtype(k.dtype).itemsize
-    limits: dict[str, float] = {"sent": (n - 1) * 2 * block}
+    limits: dict[str, float] = {
+        "sent": (n - 1) * 2 * (length // n) * depth * bytes_per_number(k.dtype)
+    }
     whole = 2 * _whole(args)  # k and v
     if n > 1 and whole >= HELD_FROM:
         # Its blocks of q, k, v and out, two more in flight, and all of k and v: a device
