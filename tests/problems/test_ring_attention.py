@@ -115,7 +115,10 @@ def test_bfloat16_travels_as_float32_and_float16_as_itself(device_count):
         q = jnp.ones((16, 4), dtype)
         found = collectives(ring_attention, q, q, q)
         assert found, dtype
-        assert {c.result.lstrip('(')[:3] for c in found} == {sent}, (dtype, [c.result for c in found])
+        assert {c.result.lstrip("(")[:3] for c in found} == {sent}, (
+            dtype,
+            [c.result for c in found],
+        )
 
 
 def _gather_then_attend(mesh, causal):
