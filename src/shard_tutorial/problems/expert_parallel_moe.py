@@ -395,7 +395,20 @@ def _cases() -> list[Case]:
         case("T=6, E=4: 2 devices", 6, 2, 4, 3),
         case("T=5, E=3: gcd 1, one device", 5, 3, 3, 2),
         case("T=64, D=16, E=32, F=8", 64, 16, 32, 8),
+        # The rest of the contract: no tokens at all, integers, and mixed floats (the
+        # result in the dtype of x @ w).
+        _retyped(case("T=0: no tokens, an empty result", 0, 3, 8, 2)),
+        _retyped(case("int32 tokens and experts", 16, 3, 8, 2), np.int32, np.int32),
+        _retyped(case("bfloat16 tokens, float32 experts", 16, 4, 8, 3), jnp.bfloat16),
     ]
+
+
+def _retyped(case: Case, x_dtype: Any = np.float32, w_dtype: Any = np.float32) -> Case:
+    """``case`` with ``x`` and ``w`` in the given dtypes (integers: rounded to -3..3)."""
+    x, logits, w = case.args
+    if np.issubdtype(np.dtype(x_dtype), np.integer):
+        x, w = np.clip(np.round(x * 2), -3, 3), np.clip(np.round(w * 2), -3, 3)
+    return Case(case.label, (x.astype(x_dtype), logits, w.astype(w_dtype)))
 
 
 TECHNIQUE = Technique(

@@ -17,7 +17,7 @@ def expert_parallel_moe(x: jax.Array, router_logits: jax.Array, w: jax.Array) ->
     for name, a in arrays.items():
         if not isinstance(a, (np.ndarray, jax.Array)):
             raise TypeError(f"{name} is not an array")
-        if a.dtype == np.bool_ or not np.issubdtype(np.dtype(a.dtype), np.number):
+        if a.dtype == np.bool_ or not jnp.issubdtype(a.dtype, jnp.number):  # bfloat16 too
             raise TypeError(f"{name} has the non-numeric dtype {a.dtype}")
     if np.issubdtype(np.dtype(router_logits.dtype), np.complexfloating):
         raise TypeError("router logits must be real numbers")
