@@ -364,7 +364,7 @@ def _cases() -> list[Case]:
         _case(rng, "T=12, H=6, K=3, causal: 6 of 8 devices", (12, 6, 3), True),
         _case(rng, "T=5, H=3, K=2: T and H share no divisor, one device", (5, 3, 2), False),
         _case(rng, "T=8, H=8, K=4, causal, bfloat16", (8, 8, 4), True, dtype=jnp.bfloat16),
-        _case(rng, "T=128, H=8, K=32, causal", (128, 8, 32), True),
+        _case(rng, "T=64, H=8, K=32, causal", (64, 8, 32), True),
     ]  # fmt: skip
 
 
@@ -494,7 +494,7 @@ PROBLEM = Problem(
     make_cases=_cases,
     unsharded=_unsharded,
     rtol=1e-5,
-    atol=1e-5,  # float32 softmax over up to 128 keys, summed in another order than NumPy's
+    atol=1e-5,  # float32 softmax over up to 64 keys, summed in another order than NumPy's
     explain=_explain,
     imports=(
         "import math",
