@@ -195,11 +195,11 @@ def causal_work(length: int, heads: int, devices: int) -> np.ndarray:
       >>> causal_work(8, 4, 4)
       array([36, 36, 36, 36])
     """
+    if devices >= 1 and (length < 1 or heads < 1 or length % devices or heads % devices):
+        msg = f"length and heads must be positive multiples of {devices}, got {length}, {heads}"
+        raise ValueError(msg)
     if devices < 1 or devices > jax.device_count():
         msg = f"devices must be between 1 and {jax.device_count()}, got {devices}"
-        raise ValueError(msg)
-    if length < 1 or heads < 1 or length % devices or heads % devices:
-        msg = f"length and heads must be positive multiples of {devices}, got {length}, {heads}"
         raise ValueError(msg)
     positions = np.broadcast_to(np.arange(length, dtype=np.int32)[:, None], (length, heads))
     mesh = axis_mesh("seq", devices)  # all of them: devices divides itself
