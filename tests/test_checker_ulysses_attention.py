@@ -1,16 +1,16 @@
 """The checker on ulysses_attention: the budget's two figures, each on the answer it is about.
 
-The corpus (tests/solutions/ulysses_attention) holds the right answers in four styles and
-each classic mistake with its verdict; here, the two ways an answer can keep the
-technique (all-to-alls only) and still spend what Ulysses saves: every head of k and v
-on every device (bytes held), and an all-to-all that sends every head to every device
-(bytes sent). Judged in this process (judging.judged), at the suite's device count.
+The corpus (tests/solutions/ulysses_attention) holds the right answers in four styles
+and each classic mistake with its verdict; here, each judged on the one case it needs,
+the two ways an answer can keep the technique (all-to-alls only) and still spend what
+Ulysses saves: every head of k and v on every device (bytes held), and an all-to-all
+that sends every head to every device (bytes sent). Judged in this process
+(judging.judged), at the suite's device count.
 """
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -30,7 +30,6 @@ NAME = "ulysses_attention"
 PROBLEM = PROBLEMS[NAME]
 BIG = PROBLEM.cases[-1]  # T=64, H=8, K=32: the case whose budget limits what is held
 assert BIG.label == "T=64, H=8, K=32, causal"
-PROBLEM_FOLDER = Path(__file__).parent / "solutions" / NAME
 
 
 def _attend(q, k, v, causal):
@@ -73,10 +72,29 @@ def test_an_all_to_all_of_every_head_is_over_the_sent_budget(device_count):
     assert "where this problem allows 896" in message  # 4 x 7/8 x 256
 
 
+def whole_k_and_v(q, k, v, causal=False):
+    """k and v placed whole on every device (in_specs=P()), each device slicing its heads."""
+    length, heads, _ = q.shape
+    mesh = axis_mesh("seq", math.gcd(length, heads))
+    n = mesh.shape["seq"]
+
+    def local(q, k, v):
+        q = jax.lax.all_to_all(q, "seq", 1, 0, tiled=True)  # (T, H / n, K)
+        first = jax.lax.axis_index("seq") * (heads // n)
+        k, v = (jax.lax.dynamic_slice_in_dim(a, first, heads // n, 1) for a in (k, v))
+        return jax.lax.all_to_all(_attend(q, k, v, causal), "seq", 0, 1, tiled=True)
+
+    tokens, whole = P("seq", None, None), P()
+    q = jax.device_put(q, NamedSharding(mesh, tokens))
+    k, v = (jax.device_put(a, NamedSharding(mesh, whole)) for a in (k, v))
+    attend = jax.shard_map(local, mesh=mesh, in_specs=(tokens, whole, whole), out_specs=tokens)
+    return jax.jit(attend)(q, k, v)
+
+
 def test_k_and_v_whole_on_every_device_is_over_the_held_budget(device_count):
-    path = PROBLEM_FOLDER / "wrong_kv_replicated.py"
-    solution = load_solution({"kind": "file", "path": str(path), "function": NAME})
-    status, message = judged(PROBLEM, solution, BIG)
+    # Right values, all-to-alls only and fewer bytes sent than asked: only what it holds
+    # tells it from Ulysses.
+    status, message = judged(PROBLEM, whole_k_and_v, BIG)
     if device_count == 1:
         assert status == "pass", message  # one device holds everything: no limit there
         return
