@@ -49,9 +49,9 @@ def ulysses_attention(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool = F
     heads alone, and one all-to-all cuts the output back into blocks of tokens.
     On ``n`` devices each device may send four all-to-alls of its ``(T / n, H,
     K)`` block, ``(n - 1) / n`` of it each, and, where ``k`` comes to 64 KiB or
-    more, must hold less than a device that holds every head of ``k`` (the
-    checker's budget, read from the compiled program); no ppermute and no
-    all-gather.
+    more and outweighs a device's scores twice over, must hold less than a
+    device that holds every head of ``k`` (the checker's budget, read from the
+    compiled program); no ppermute and no all-gather.
 
     How the arguments arrive: each array as a ``jax.Array`` on the default device,
     not split; ``causal`` as a Python bool.
