@@ -111,6 +111,7 @@ ON_A_CLUSTER = {
     "shard_map_simulate": "right_jit_static",
     "shard_map_vs_vmap": "right_jit",
     "tensor_parallel_mlp": "right_jit",
+    "ulysses_attention": "right_jit_einsum",
     "zero_adam_step": "right_jit_pcast",
 }
 
