@@ -24,6 +24,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from shard_tutorial.communication import bytes_per_number
 from shard_tutorial.meshes import axis_mesh, place, usable_device_count
 from shard_tutorial.problem import Budget, Case, Forbidden, Placement, Problem, Technique, precise
 from shard_tutorial.problems._blocks import device_counts
@@ -448,10 +449,9 @@ def _limits(args: tuple[Any, ...]) -> dict[str, float]:
     length, heads, _ = np.shape(q)
     n = _mesh(args, jax.device_count())[0]
     block = _block(args)
-    # XLA's CPU backend widens bfloat16 to float32 before an all-to-all (its text shows
-    # a convert, then f32 pieces; float16 it sends as it is): count what it sends.
-    widened = 2 if np.dtype(q.dtype) == np.dtype(jnp.bfloat16) else 1
-    limits: dict[str, float] = {"sent": 4 * (n - 1) / n * block * widened}
+    # Counted as XLA's CPU backend sends it (bfloat16 as float32: bytes_per_number).
+    sent_block = block // np.dtype(q.dtype).itemsize * bytes_per_number(q.dtype)
+    limits: dict[str, float] = {"sent": 4 * (n - 1) / n * sent_block}
     whole = _whole(args)
     scores = (heads // n) * length * length * max(4, np.dtype(q.dtype).itemsize)
     if n > 1 and whole >= HELD_FROM and 2 * scores <= whole:
