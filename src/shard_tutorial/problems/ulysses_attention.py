@@ -54,8 +54,9 @@ def ulysses_attention(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool = F
     device that holds every head of ``k`` (the checker's budget, read from the
     compiled program); no ppermute and no all-gather.
 
-    How the arguments arrive: each array as a ``jax.Array`` on the default device,
-    not split; ``causal`` as a Python bool.
+    How the arguments arrive: placed on the Explicit mesh ``axis_mesh("seq",
+    math.gcd(T, H))``, ``q``, ``k`` and ``v`` each split by tokens
+    (``P("seq", None, None)``); ``causal`` as a Python bool.
 
     Args:
       q: queries, shape (T, H, K) (tokens, heads, head size), floating point.
@@ -78,7 +79,7 @@ def ulysses_attention(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool = F
       >>> q = jnp.array([[[0.0], [1.0]], [[1.0], [1.0]]])  # T=2 tokens, H=2 heads, K=1
       >>> k = jnp.array([[[1.0], [0.0]], [[1.0], [2.0]]])
       >>> v = jnp.array([[[2.0], [4.0]], [[6.0], [0.0]]])
-      >>> ulysses_attention(q, k, v)[:, 0, 0]  # head 0, token 0: equal scores, the mean
+      >>> ulysses_attention(q, k, v)[:, 0, 0]  # head 0: equal scores, so the mean of v
       Array([4., 4.], dtype=float32)
       >>> ulysses_attention(q, k, v, causal=True)[:, 0, 0]  # token 0 sees itself only
       Array([2., 4.], dtype=float32)
@@ -417,6 +418,13 @@ TECHNIQUE = Technique(
 "This problem practises" paragraph says it in words)."""
 
 
+def _arrange(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The arguments as the contract says they arrive: ``q``, ``k``, ``v`` split by tokens."""
+    q, k, v, causal = args
+    mesh = axis_mesh("seq", math.gcd(*np.shape(q)[:2]))
+    return (*place((q, k, v), NamedSharding(mesh, P("seq", None, None))), causal)
+
+
 def _limits(args: tuple[Any, ...]) -> dict[str, float]:
     """Four all-to-alls of a block; and less held than every head of ``k``.
 
@@ -512,6 +520,7 @@ PROBLEM = Problem(
     technique=TECHNIQUE,
     mesh=_mesh,
     placement=Placement(axis=0, spec='P("seq", None, None)'),
+    arrange=_arrange,
     make_refusals=_refusals,
     folder="scale",
     budget=BUDGET,
