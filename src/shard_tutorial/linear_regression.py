@@ -281,7 +281,7 @@ def step_refusals() -> list[Case]:
 
     Examples:
       >>> [c.raises for c in step_refusals()].count("ValueError")
-      4
+      5
     """
     w, b = np.ones((2, 1), np.float32), np.ones(1, np.float32)
     x, y = np.ones((4, 2), np.float32), np.ones((4, 1), np.float32)
@@ -291,6 +291,7 @@ def step_refusals() -> list[Case]:
         Case("lr a string ('0.1')", (w, b, x, y, "0.1"), raises="TypeError"),
         Case("x of 4 rows, y of 3", (w, b, x, y[:3], 0.1), raises="ValueError"),
         Case("an empty batch", (w, b, x[:0], y[:0], 0.1), raises="ValueError"),
+        Case("no outputs (d_out = 0)", (w[:, :0], b[:0], x, y[:, :0], 0.1), raises="ValueError"),
         Case("lr nan", (w, b, x, y, float("nan")), raises="ValueError"),
         Case("lr infinite", (w, b, x, y, float("inf")), raises="ValueError"),
     ]

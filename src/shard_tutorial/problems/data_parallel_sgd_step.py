@@ -73,8 +73,9 @@ def data_parallel_sgd_step(
     Raises:
       TypeError: for a non-array, a dtype that is not floating-point, or an
         ``lr`` that is not a real number.
-      ValueError: for shapes that do not fit together, an empty batch, or an
-        ``lr`` that is nan or infinite.
+      ValueError: for shapes that do not fit together, an empty batch or output
+        (no rows of ``x``, or no columns of ``w``), or an ``lr`` that is nan or
+        infinite.
 
     Examples:
       >>> import jax.numpy as jnp

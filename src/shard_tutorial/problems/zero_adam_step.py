@@ -107,8 +107,9 @@ def zero_adam_step(
     Raises:
       TypeError: for a non-array, a dtype that is not floating-point, a
         ``step`` that is not a whole number or an ``lr`` that is not a real number.
-      ValueError: for shapes that do not fit together, an empty batch, a
-        ``step`` below 1, or an ``lr`` that is nan or infinite.
+      ValueError: for shapes that do not fit together, an empty batch or output
+        (no rows of ``x``, or no columns of ``w``), a ``step`` below 1, or an
+        ``lr`` that is nan or infinite.
 
     Examples:
       >>> import jax.numpy as jnp
@@ -550,6 +551,11 @@ def _refusals() -> list[Case]:
         Case("lr a string ('0.1')", (w, m, v, x, y, 3, "0.1"), raises="TypeError"),
         Case("m of shape (2, 2), w of (2, 1)", (w, wide, v, x, y, 3, 0.1), raises="ValueError"),
         Case("an empty batch", (w, m, v, x[:0], y[:0], 3, 0.1), raises="ValueError"),
+        Case(
+            "no outputs (F = 0)",
+            (w[:, :0], m[:, :0], v[:, :0], x, y[:, :0], 3, 0.1),
+            raises="ValueError",
+        ),
         Case("step 0", (w, m, v, x, y, 0, 0.1), raises="ValueError"),
         Case("lr nan", (w, m, v, x, y, 3, float("nan")), raises="ValueError"),
         Case("lr infinite", (w, m, v, x, y, 3, float("inf")), raises="ValueError"),

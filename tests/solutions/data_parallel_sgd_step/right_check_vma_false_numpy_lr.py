@@ -30,6 +30,8 @@ def data_parallel_sgd_step(w: jax.Array, b: jax.Array, x: jax.Array, y: jax.Arra
         raise ValueError("shapes do not fit together")
     if batch == 0:
         raise ValueError("empty batch")
+    if y.shape[1] == 0:
+        raise ValueError("no outputs: y has no columns")
 
     mesh = data_mesh(batch)
     w, b = jax.device_put((w, b), NamedSharding(mesh, P()))

@@ -29,6 +29,8 @@ def data_parallel_sgd_step(w: jax.Array, b: jax.Array, x: jax.Array, y: jax.Arra
         raise ValueError("shapes do not fit together")
     if x.shape[0] < 1:
         raise ValueError("empty batch")
+    if y.shape[1] == 0:
+        raise ValueError("no outputs: y has no columns")
 
     mesh = data_mesh(x.shape[0])
     w = jax.device_put(w, NamedSharding(mesh, P(None, None)))

@@ -33,6 +33,8 @@ def _validate(w, b, x, y, lr):
         )
     if batch == 0:
         raise ValueError("the batch is empty")
+    if y.shape[1] == 0:
+        raise ValueError("no outputs: y has no columns")
 
 
 def _local_step(w, b, x, y, lr):

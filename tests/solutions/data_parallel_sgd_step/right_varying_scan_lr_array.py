@@ -47,6 +47,8 @@ def data_parallel_sgd_step(w: jax.Array, b: jax.Array, x: jax.Array, y: jax.Arra
         raise ValueError("y's shape does not fit")
     if x.shape[0] == 0:
         raise ValueError("empty batch")
+    if y.shape[1] == 0:
+        raise ValueError("no outputs: y has no columns")
 
     mesh = data_mesh(x.shape[0])
     replicated, rows = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))

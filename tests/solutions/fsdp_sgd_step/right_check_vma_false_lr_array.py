@@ -28,6 +28,8 @@ def fsdp_sgd_step(w: jax.Array, b: jax.Array, x: jax.Array, y: jax.Array, lr: fl
         raise ValueError("y's shape does not fit")
     if x.shape[0] == 0:
         raise ValueError("empty batch")
+    if y.shape[1] == 0:
+        raise ValueError("no outputs: y has no columns")
 
     batch, d_out = y.shape
     mesh = data_mesh(math.gcd(batch, w.shape[0]))

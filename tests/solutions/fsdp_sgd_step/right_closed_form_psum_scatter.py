@@ -30,6 +30,8 @@ def fsdp_sgd_step(w: jax.Array, b: jax.Array, x: jax.Array, y: jax.Array, lr: fl
         raise ValueError("shapes do not fit together")
     if batch == 0:
         raise ValueError("empty batch")
+    if y.shape[1] == 0:
+        raise ValueError("no outputs: y has no columns")
 
     mesh = data_mesh(math.gcd(batch, d_in))
     w = jax.device_put(w, NamedSharding(mesh, P("data", None)))

@@ -29,6 +29,8 @@ def fsdp_sgd_step(w: jax.Array, b: jax.Array, x: jax.Array, y: jax.Array, lr: fl
         raise ValueError("shapes do not fit together")
     if x.shape[0] < 1:
         raise ValueError("empty batch")
+    if y.shape[1] == 0:
+        raise ValueError("no outputs: y has no columns")
 
     mesh = data_mesh(math.gcd(x.shape[0], w.shape[0]))
     rows = NamedSharding(mesh, P("data", None))

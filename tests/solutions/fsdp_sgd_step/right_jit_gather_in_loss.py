@@ -31,6 +31,8 @@ def _validate(w, b, x, y, lr):
         raise ValueError(f"shapes do not fit: w {w.shape}, b {b.shape}, x {x.shape}, y {y.shape}")
     if batch == 0:
         raise ValueError("the batch is empty")
+    if y.shape[1] == 0:
+        raise ValueError("no outputs: y has no columns")
 
 
 def _local_step(w_rows, b, x, y, lr):

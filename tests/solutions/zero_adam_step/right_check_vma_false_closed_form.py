@@ -30,6 +30,8 @@ def zero_adam_step(w, m, v, x, y, step, lr):
         raise ValueError(f"shapes do not fit: w {w.shape}, x {x.shape}, y {y.shape}")
     if x.shape[0] == 0:
         raise ValueError("the batch is empty")
+    if y.shape[1] == 0:
+        raise ValueError("no outputs: y has no columns")
     if step < 1:
         raise ValueError(f"step counts from 1, got {step}")
     if not math.isfinite(lr):

@@ -27,8 +27,8 @@ def zero_adam_step(w, m, v, x, y, step, lr):
         raise ValueError("w, m and v must have one shape (D, F)")
     if x.ndim != 2 or x.shape[1] != w.shape[0] or y.shape != (x.shape[0], w.shape[1]):
         raise ValueError("x must be (N, D) and y (N, F)")
-    if x.shape[0] == 0 or step < 1 or not math.isfinite(lr):
-        raise ValueError("an empty batch, a step below 1 or an lr that is not finite")
+    if x.shape[0] == 0 or step < 1 or not math.isfinite(lr) or y.shape[1] == 0:
+        raise ValueError("an empty batch or output, a step below 1 or an lr that is not finite")
     mesh = data_mesh(math.gcd(x.shape[0], w.shape[0]))
     w = jax.device_put(w, NamedSharding(mesh, P()))
     m, v, x, y = (jax.device_put(a, NamedSharding(mesh, P("data"))) for a in (m, v, x, y))

@@ -30,6 +30,8 @@ def _check(w, m, v, x, y, step, lr):
         raise ValueError(f"x {x.shape} and y {y.shape} do not fit w {w.shape}")
     if x.shape[0] == 0:
         raise ValueError("empty batch")
+    if y.shape[1] == 0:
+        raise ValueError("no outputs: y has no columns")
     if step < 1:
         raise ValueError("step must be at least 1")
     if not math.isfinite(lr):

@@ -33,6 +33,8 @@ def zero_adam_step(w, m, v, x, y, step, lr):
         raise ValueError("shapes do not fit together")
     if x.shape[0] == 0:
         raise ValueError("empty batch")
+    if y.shape[1] == 0:
+        raise ValueError("no outputs: y has no columns")
     mesh = data_mesh(math.gcd(x.shape[0], w.shape[0]))
     rows = NamedSharding(mesh, P("data", None))
     w = jax.device_put(w, NamedSharding(mesh, P()))
