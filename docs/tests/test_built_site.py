@@ -364,10 +364,47 @@ def test_the_glance_page_names_each_collectives_call_and_its_source():
         assert soup.select_one(f'a[href$="jax.lax.{name}.html"]') is not None
 
 
+# What explain's table shows for each collective page's reference, on the page's own
+# example: the collective, what it moves, and the bytes each device sends for it.
+COLLECTIVE_PAGE_TABLES = {
+    "collectives/shard-map-all-gather": [("all-gather", "s32[16]", "56")],
+    "collectives/shard-map-all-to-all": [("all-to-all", "8 x s32[1,2]", "56")],
+    "collectives/shard-map-axis-index": [("all-gather", "s32[8]", "28")],
+    "collectives/shard-map-pmean": [("all-reduce", "f32[]", "7")],
+    "collectives/shard-map-ppermute": [("collective-permute", "f32[1]", "4")] * 2,
+    "collectives/shard-map-psum-scatter": [("reduce-scatter", "f32[2]", "56")],
+}
+
+
+def explained(table) -> list[tuple[str, str, str]]:
+    """The collective, what it moves and the bytes sent per run, of each row of explain's table."""
+    head = [th.get_text() for th in table.select("thead th")]
+    rows = [[td.get_text() for td in tr.select("td")] for tr in table.select("tbody tr")]
+    return [
+        (row[head.index("collective")], row[head.index("moves")], row[head.index("B/run")])
+        for row in rows
+        if len(row) == len(head)  # not the line under each row
+    ]
+
+
 @pytest.mark.parametrize("name", [p.page for p in PROBLEMS.values() if p.folder == "collectives"])
-def test_each_collective_page_shows_its_communication_and_its_sources(name):
+def test_each_collective_page_explains_its_communication_and_cites_its_sources(name):
     soup = page(name)
-    section = soup.find(id="the-solution-on-8-devices").get_text()
-    ops = ("all-reduce(", "all-gather(", "collective-permute(", "reduce-scatter(", "all-to-all(")
-    assert any(op in section for op in ops)
+    section = soup.find(id="the-solution-on-8-devices")
+    tables = [
+        table
+        for table in section.select("div.cell_output table")
+        if "B sent" in table.select_one("thead").get_text()
+    ]
+    assert tables, f"{name}: no table of explain in its solution's section"
+    if name in COLLECTIVE_PAGE_TABLES:  # a page added later shows its table, at least
+        assert explained(tables[0]) == COLLECTIVE_PAGE_TABLES[name]
+    assert "asked" in tables[0].get_text()  # by the reference's own collective, not XLA
     assert soup.find(id="sources").select('a[href^="https://docs.jax.dev/"]')
+
+
+def test_the_psum_scatter_page_explains_the_psum_that_sends_twice_as_much():
+    section = page("collectives/shard-map-psum-scatter").find(id="the-solution-on-8-devices")
+    tables = [t for t in section.select("div.cell_output table") if t.select_one("thead")]
+    found = [explained(t) for t in tables if "B sent" in t.select_one("thead").get_text()]
+    assert found == [[("reduce-scatter", "f32[2]", "56")], [("all-reduce", "f32[16]", "112")]]
