@@ -12,7 +12,7 @@ import tomllib
 import flax
 import jax
 import pytest
-from built_pages import SITE, cell_output, outputs, page  # this folder
+from built_pages import SITE, cell_output, explained, outputs, page  # this folder
 
 from shard_tutorial import PROBLEMS
 
@@ -376,35 +376,28 @@ COLLECTIVE_PAGE_TABLES = {
 }
 
 
-def explained(table) -> list[tuple[str, str, str]]:
-    """The collective, what it moves and the bytes sent per run, of each row of explain's table."""
-    head = [th.get_text() for th in table.select("thead th")]
-    rows = [[td.get_text() for td in tr.select("td")] for tr in table.select("tbody tr")]
-    return [
-        (row[head.index("collective")], row[head.index("moves")], row[head.index("B/run")])
-        for row in rows
-        if len(row) == len(head)  # not the line under each row
-    ]
+def _rows(table: list[dict[str, str]]) -> list[tuple[str, str, str]]:
+    return [(row["collective"], row["moves"], row["B/run"]) for row in table]
 
 
 @pytest.mark.parametrize("name", [p.page for p in PROBLEMS.values() if p.folder == "collectives"])
 def test_each_collective_page_explains_its_communication_and_cites_its_sources(name):
     soup = page(name)
-    section = soup.find(id="the-solution-on-8-devices")
-    tables = [
-        table
-        for table in section.select("div.cell_output table")
-        if "B sent" in table.select_one("thead").get_text()
-    ]
-    assert tables, f"{name}: no table of explain in its solution's section"
+    section = soup.find(id="the-solution-on-8-devices").get_text()
+    assert "explain(" in section
+    [table] = explained(name, "explain(shard_map_")
     if name in COLLECTIVE_PAGE_TABLES:  # a page added later shows its table, at least
-        assert explained(tables[0]) == COLLECTIVE_PAGE_TABLES[name]
-    assert "asked" in tables[0].get_text()  # by the reference's own collective, not XLA
+        assert _rows(table) == COLLECTIVE_PAGE_TABLES[name]
+    assert {row["by"] for row in table} == {"asked"}  # the reference's own collectives
     assert soup.find(id="sources").select('a[href^="https://docs.jax.dev/"]')
 
 
 def test_the_psum_scatter_page_explains_the_psum_that_sends_twice_as_much():
-    section = page("collectives/shard-map-psum-scatter").find(id="the-solution-on-8-devices")
-    tables = [t for t in section.select("div.cell_output table") if t.select_one("thead")]
-    found = [explained(t) for t in tables if "B sent" in t.select_one("thead").get_text()]
-    assert found == [[("reduce-scatter", "f32[2]", "56")], [("all-reduce", "f32[16]", "112")]]
+    [table] = explained("collectives/shard-map-psum-scatter", "explain(psum_version, x)")
+    assert _rows(table) == [("all-reduce", "f32[16]", "112")]
+
+
+def test_pages_keep_xlas_own_line_where_it_says_what_the_table_does_not():
+    groups = cell_output("collectives/shard-map-ppermute", "program_lines(")
+    assert "source_target_pairs={{0,7},{1,0}" in groups  # which device sends to which
+    assert "partition-id()" in cell_output("collectives/shard-map-axis-index", "program_lines(")
