@@ -256,8 +256,19 @@ def test_the_psum_page_sums_up_the_gradient_recipe_and_links_to_its_page():
 
 def test_the_psum_page_shows_its_collectives_errors_and_lengths():
     text = outputs("problems/shard-map-psum")
-    # The psum is one all-reduce in the compiled program, inside a cond branch when
-    # the check is silenced with pcast.
+    # explain: the psum is one all-reduce of one number, traced to the psum's line.
+    [[reduce]] = explained("problems/shard-map-psum", "explain(sum_blocks, x)")
+    assert (reduce["collective"], reduce["by"], reduce["moves"], reduce["B sent"]) == (
+        "all-reduce",
+        "asked",
+        "f32[]",
+        "7",
+    )
+    assert "return jax.lax.psum(partial_sum" in cell_output(
+        "problems/shard-map-psum", "explain(sum_blocks, x)"
+    )
+    # XLA's own text, read without running: the same all-reduce, and inside a cond
+    # branch when the check is silenced with pcast.
     assert re.search(r"all-reduce\(.*\n +from: jit\(block_sum_then_psum\)/shard_map/", text)
     assert re.search(r"from: jit\(cond_sum_silenced\)/shard_map/cond/branch", text)
     assert "partial sum: float32[]{V:data}" in text
@@ -274,6 +285,9 @@ def test_the_double_page_shows_the_check_works_on_one_device():
     assert "The mesh given has shape (1,)" in text
     assert "1 device, check off:  496.0" in text
     assert "8 devices, check off: 6.0" in text
+    # The solution doubles each block where it is: no collective.
+    assert explained("problems/shard-map-double", "explain(shard_map_double,") == []
+    assert "shard_map_double: 1 program on 8 devices, 0 collectives, 0 B sent per device" in text
 
 
 def test_the_vmap_page_shows_lengths_and_the_axis_to_split():
@@ -282,7 +296,9 @@ def test_the_vmap_page_shows_lengths_and_the_axis_to_split():
     assert "devices used: 5" in text
     assert "(32,) instead of (8,)" in text
     assert "equal to by rows: True" in text
-    assert "cross-device operations: []" in text  # the whole solution, compiled
+    # The whole solution: one program, no collective.
+    assert explained("problems/shard-map-vs-vmap", "explain(shard_map_vs_vmap, x)") == []
+    assert "shard_map_vs_vmap: 1 program on 8 devices, 0 collectives, 0 B sent per device" in text
 
 
 def test_the_simulate_page_passes_modules_as_pytrees_and_says_what_runs_where():
@@ -290,7 +306,8 @@ def test_the_simulate_page_passes_modules_as_pytrees_and_says_what_runs_where():
     assert "kernel: P() on 4 devices" in text
     assert "equals the simulation: True" in text
     assert "equals the pytree way: True" in text
-    assert "cross-device operations: []" in text
+    assert explained("problems/shard-map-simulate", "explain(forward, replicated") == []
+    assert "0 collectives, 0 B sent per device" in text
     assert "Invalid rng value: 0.0" in text
     assert "simulation runs on 1 device" in text
     assert "real pass runs on 8 devices" in text
