@@ -45,3 +45,34 @@ def cell_output(name: str, source: str) -> str:
     assert len(cells) == 1, f"{len(cells)} cells of {name} contain {source!r}"
     output = cells[0].select_one("div.cell_output")
     return output.get_text() if output else ""
+
+
+def explained(name: str, source: str) -> list[list[dict[str, str]]]:
+    """The collectives of each table that ``explain`` drew in the output of one cell.
+
+    The cell is the one on page ``name`` whose code contains ``source``; each table is a
+    list of its collectives, each a dict from the table's header (``"collective"``,
+    ``"by"``, ``"over"``, ``"moves"``, ``"B/run"``, ``"runs"``, ``"B sent"``, ``"line"``) to
+    what the row shows. A call that sent nothing drew no such table: its list is empty.
+    """
+    cells = [
+        cell
+        for cell in page(name).select("div.cell")
+        if (code := cell.select_one("div.cell_input")) and source in code.get_text()
+    ]
+    assert len(cells) == 1, f"{len(cells)} cells of {name} contain {source!r}"
+    found = []
+    for table in cells[0].select("div.cell_output table"):
+        head = [th.get_text() for th in table.select("thead th")]
+        if "B sent" not in head:
+            continue  # the table of layouts
+        rows = [[td.get_text() for td in tr.select("td")] for tr in table.select("tbody tr")]
+        # Each collective's row is followed by one of two cells: the line's code.
+        found.append([dict(zip(head, row, strict=True)) for row in rows if len(row) == len(head)])
+    return found
+
+
+def headline(name: str, source: str) -> str:
+    """The first line ``explain`` printed in one cell's output ("f: 1 program on 8 devices, ...")."""
+    text = cell_output(name, source)
+    return next(line for line in text.splitlines() if " sent per device" in line)

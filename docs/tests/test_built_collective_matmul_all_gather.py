@@ -89,14 +89,18 @@ def test_the_solution_splits_the_columns_and_runs_7_permutes():
     text = cell_output("y = collective_matmul_all_gather(x, w)")
     assert "P(None, 'model') {'model': 8}" in text
     assert difference(text) < 1e-5
-    permutes = cell_output("for c in collectives(collective_matmul_all_gather,")
-    assert permutes.count("collective-permute -> f32[2,4] (32 bytes)") == 7
+    [table] = built_pages.explained(NAME, "explain(collective_matmul_all_gather, x_rows")
+    rows = [(row["collective"], row["by"], row["moves"], row["B sent"]) for row in table]
+    assert rows == [("collective-permute", "asked", "f32[2,4]", "32")] * 7
+    assert "7 collectives, 224 B sent per device" in cell_output(
+        "explain(collective_matmul_all_gather, x_rows"
+    )
 
 
 def test_one_device_runs_no_collective():
+    assert built_pages.explained(NAME, "x_one, w_one = ") == []
     text = cell_output("x_one, w_one = ")
-    assert "collectives: []" in text
-    assert "devices: 1" in text
+    assert "1 program on 1 device, 0 collectives, 0 B sent per device" in text
 
 
 def test_the_checker_names_the_gather_it_refuses():

@@ -79,7 +79,12 @@ def test_the_solution_splits_the_rows_and_runs_7_permutes():
     text = cell_output("y = collective_matmul_reduce_scatter(h, w)")
     assert "P('model', None) {'model': 8}" in text
     assert difference(text) < 1e-5
-    assert text.count("collective-permute -> f32[2,4] (32 bytes)") == 7
+    [table] = built_pages.explained(NAME, "explain(collective_matmul_reduce_scatter,")
+    rows = [(row["collective"], row["by"], row["moves"], row["B sent"]) for row in table]
+    assert rows == [("collective-permute", "asked", "f32[2,4]", "32")] * 7
+    assert "7 collectives, 224 B sent per device" in cell_output(
+        "explain(collective_matmul_reduce_scatter,"
+    )
 
 
 def test_the_checker_says_where_the_sums_ended():

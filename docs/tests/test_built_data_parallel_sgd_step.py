@@ -75,18 +75,22 @@ def test_the_solution_is_replicated_on_8_devices_and_matches_numpy():
 
 
 def test_the_compiled_step_runs_one_all_reduce_of_the_gradients():
-    text = cell_output("collectives(data_parallel_sgd_step,")
-    lines = [line for line in text.splitlines() if line.strip()]
-    assert len(lines) == 1, lines
-    assert lines[0].startswith("all-reduce -> (f32[3,2], f32[2]) (32 bytes)")
+    [[reduce]] = built_pages.explained(NAME, "explain(data_parallel_sgd_step,")
+    assert (reduce["collective"], reduce["by"], reduce["moves"]) == (
+        "all-reduce",
+        "asked",
+        "(f32[3,2], f32[2])",
+    )
+    assert (reduce["B/run"], reduce["runs"], reduce["B sent"]) == ("56", "1", "56")  # 2 x 7/8 x 32
+    assert reduce["line"].startswith("data_parallel_sgd_step.py:")
+    assert "block_loss = jnp.mean(" in cell_output("explain(data_parallel_sgd_step,")
 
 
 def test_the_logged_loss_joins_the_all_reduce():
-    lines = [line for line in cell_output("collectives(logged,").splitlines() if line.strip()]
-    assert all(line.startswith("all-reduce") for line in lines), lines
-    text = " ".join(lines)
-    assert "f32[3,2]" in text
-    assert "f32[]" in text  # the loss
+    [[reduce]] = built_pages.explained(NAME, "explain(jax.jit(logged),")
+    assert reduce["collective"] == "all-reduce"
+    assert reduce["moves"] == "(f32[3,2], f32[2], f32[])"  # the loss, f32[], joins them
+    assert reduce["B sent"] == "63"
 
 
 def test_the_checker_passes_the_reference_and_explains_the_local_mean_loss():

@@ -47,10 +47,13 @@ def test_the_reference_matches_one_device():
 
 
 def test_two_all_to_alls_and_their_bytes():
-    text = cell_output("found = collectives(expert_parallel_moe")
-    assert "all-to-all: 320 bytes on each device, 280 of them sent to the 7 others" in text
-    assert "all-to-all: 192 bytes on each device, 168 of them sent to the 7 others" in text
-    assert "sent per device: 448.0 bytes" in text
+    [table] = built_pages.explained(NAME, "explain(expert_parallel_moe,")
+    # each device keeps 1 of its 8 buffers and sends 7: 7 x 40 and 7 x 24 bytes
+    assert [(row["collective"], row["moves"], row["B sent"]) for row in table] == [
+        ("all-to-all", "8 x f32[1,2,5]", "280"),
+        ("all-to-all", "8 x f32[1,2,3]", "168"),
+    ]
+    assert "2 collectives, 448 B sent per device" in cell_output("explain(expert_parallel_moe,")
 
 
 def test_capacity_and_dropping():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import built_pages  # this folder
 import pytest
 from bs4 import BeautifulSoup, Tag
 
@@ -71,14 +72,19 @@ def test_the_solution_is_split_by_rows_and_right(soup):
 
 
 def test_the_compiled_steps_gather_and_reduce_scatter_against_one_all_reduce(soup):
-    printed = cell_output(soup, "collectives(step, *step_args)")
-    fsdp, dp = printed.split("data-parallel:")
-    assert "all-gather -> f32[64,4] (1024 bytes)" in fsdp  # forward: the whole w
-    assert "reduce-scatter -> f32[8,4] (128 bytes)" in fsdp  # backward: own rows only
-    assert "all-reduce -> f32[4] (16 bytes)" in fsdp  # b's gradient
-    assert "all-reduce -> (f32[64,4], f32[4]) (1040 bytes)" in dp
-    assert "all-gather" not in dp
-    assert "reduce-scatter" not in dp
+    name = "training/fsdp-sgd-step"
+    [fsdp] = built_pages.explained(name, "explain(fsdp_sgd_step, *args)")
+    assert [(row["collective"], row["moves"], row["B sent"]) for row in fsdp] == [
+        ("all-gather", "f32[64,4]", "896"),  # forward: the whole w, 7/8 of 1,024 bytes
+        ("all-reduce", "f32[4]", "28"),  # b's gradient
+        ("reduce-scatter", "f32[8,4]", "896"),  # backward: own rows only, 7 x 128 bytes
+    ]
+    assert fsdp[0]["line"] == fsdp[2]["line"]  # the all_gather, and its transpose
+    [dp] = built_pages.explained(name, "explain(data_parallel_sgd_step, *dp_args)")
+    assert [(row["collective"], row["moves"], row["B sent"]) for row in dp] == [
+        ("all-reduce", "(f32[64,4], f32[4])", "1,820")
+    ]
+    assert "3 collectives, 1,820 B sent per device" in cell_output(soup, "explain(fsdp_sgd_step")
 
 
 def test_the_bytes_per_device_of_w_and_its_gradient_are_read_from_the_arrays(soup):

@@ -44,12 +44,10 @@ def test_the_solution_is_replicated_and_the_plain_step():
 
 
 def test_the_compiled_step_runs_one_all_reduce_of_both_gradients():
-    lines = cell_output("for collective in collectives(").strip().splitlines()
-    assert len(lines) == 1
-    assert lines[0].startswith("all-reduce -> (")
-    assert "f32[3,2]" in lines[0]
-    assert "f32[1,2]" in lines[0]
-    assert "(32 bytes)" in lines[0]
+    [[reduce]] = built_pages.explained(NAME, "explain(nnx_data_parallel_step,")
+    assert (reduce["collective"], reduce["by"]) == ("all-reduce", "asked")
+    assert reduce["moves"] == "(f32[1,2], f32[3,2])"  # bias and kernel: 32 bytes
+    assert reduce["B sent"] == "56"  # 2 x 7/8 x 32
 
 
 def test_the_checker_passes_the_reference_and_names_the_returned_model():

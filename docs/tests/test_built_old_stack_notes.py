@@ -32,10 +32,9 @@ def test_the_page_says_how_the_oldest_jax_prints_its_program(name, note):
 
 
 def test_the_newest_jax_prints_what_the_notes_compare_against():
-    dp = built_pages.cell_output(
-        "training/data-parallel-sgd-step",
-        "for collective in collectives(data_parallel_sgd_step",
+    [[dp]] = built_pages.explained(
+        "training/data-parallel-sgd-step", "explain(data_parallel_sgd_step"
     )
-    assert "(f32[3,2], f32[2])" in dp
+    assert dp["moves"] == "(f32[3,2], f32[2])"
     pmean = built_pages.outputs("collectives/shard-map-pmean")
     assert "replica_groups=mesh['data'=8] {'data'}" in pmean

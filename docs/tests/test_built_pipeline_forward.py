@@ -80,10 +80,13 @@ def test_the_pitfalls_show_what_the_answer_is():
 
 
 def test_the_compiled_program_sends_activations_then_the_outputs_once():
-    text = cell_output("found = collectives(pipeline_forward, x, w)")
-    assert "collective-permute -> f32[2,8] (64 bytes) among {{0,1},{1,2}" in text
-    assert "10 collective-permutes of 64 bytes, then all-reduce of 256 bytes" in text
-    assert "1,088 bytes sent per device" in text
+    [table] = built_pages.explained(NAME, "explain(pipeline_forward, x, w)")
+    rows = [(row["collective"], row["over"], row["moves"], row["B sent"]) for row in table]
+    # one activation per tick but the last, each stage to the next: 7 pairs, no 7 -> 0
+    assert rows[:-1] == [("collective-permute", "7 pairs", "f32[2,8]", "64")] * 10
+    assert rows[-1] == ("all-reduce", "8 devices (stage)", "f32[4,2,8]", "448")  # 2 x 7/8 x 256
+    text = cell_output("explain(pipeline_forward, x, w)")
+    assert "pipeline_forward: 1 program on 8 devices, 11 collectives, 1,088 B sent" in text
     text = cell_output("text = compiled_text(pipeline_forward, x, w)")
     assert "collective-permute-start: 0" in text
     assert "collective-permute: 10" in text

@@ -85,12 +85,16 @@ def test_gathering_is_right_in_values():
 
 
 def test_the_ring_sends_7_hops_of_k_and_v_blocks():
-    text = cell_output("found = collectives(")
-    assert "collective-permute -> f32[8,16] (512 bytes)" in text
-    assert "14 collective-permutes, 7168.0 bytes sent per device" in text
-    assert "= 7168" in text
-    gathers = cell_output("for collective in collectives(gathered")
-    assert gathers.count("all-gather -> f32[64,16] (4096 bytes)") == 2
+    [ring] = built_pages.explained(NAME, "explain(ring_attention,")
+    rows = [(row["collective"], row["over"], row["moves"], row["B sent"]) for row in ring]
+    assert rows == [("collective-permute", "8 pairs", "f32[8,16]", "512")] * 14
+    assert "14 collectives, 7,168 B sent per device" in cell_output("explain(ring_attention,")
+    assert "7 hops x 2 blocks x 8 x 16 x 4 bytes = 7,168 bytes" in " ".join(
+        page().get_text().split()
+    )
+    [gathers] = built_pages.explained(NAME, "explain(gathered,")
+    rows = [(row["collective"], row["moves"], row["B sent"]) for row in gathers]
+    assert rows == [("all-gather", "f32[64,16]", "3,584")] * 2  # 7/8 of 4,096 bytes each
 
 
 def test_the_ring_holds_less_than_gathering():

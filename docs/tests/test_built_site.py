@@ -12,7 +12,7 @@ import tomllib
 import flax
 import jax
 import pytest
-from built_pages import SITE, cell_output, outputs, page  # this folder
+from built_pages import SITE, cell_output, explained, outputs, page  # this folder
 
 from shard_tutorial import PROBLEMS
 
@@ -256,8 +256,19 @@ def test_the_psum_page_sums_up_the_gradient_recipe_and_links_to_its_page():
 
 def test_the_psum_page_shows_its_collectives_errors_and_lengths():
     text = outputs("problems/shard-map-psum")
-    # The psum is one all-reduce in the compiled program, inside a cond branch when
-    # the check is silenced with pcast.
+    # explain: the psum is one all-reduce of one number, traced to the psum's line.
+    [[reduce]] = explained("problems/shard-map-psum", "explain(sum_blocks, x)")
+    assert (reduce["collective"], reduce["by"], reduce["moves"], reduce["B sent"]) == (
+        "all-reduce",
+        "asked",
+        "f32[]",
+        "7",
+    )
+    assert "return jax.lax.psum(partial_sum" in cell_output(
+        "problems/shard-map-psum", "explain(sum_blocks, x)"
+    )
+    # XLA's own text, read without running: the same all-reduce, and inside a cond
+    # branch when the check is silenced with pcast.
     assert re.search(r"all-reduce\(.*\n +from: jit\(block_sum_then_psum\)/shard_map/", text)
     assert re.search(r"from: jit\(cond_sum_silenced\)/shard_map/cond/branch", text)
     assert "partial sum: float32[]{V:data}" in text
@@ -274,6 +285,9 @@ def test_the_double_page_shows_the_check_works_on_one_device():
     assert "The mesh given has shape (1,)" in text
     assert "1 device, check off:  496.0" in text
     assert "8 devices, check off: 6.0" in text
+    # The solution doubles each block where it is: no collective.
+    assert explained("problems/shard-map-double", "explain(shard_map_double,") == []
+    assert "shard_map_double: 1 program on 8 devices, 0 collectives, 0 B sent per device" in text
 
 
 def test_the_vmap_page_shows_lengths_and_the_axis_to_split():
@@ -282,7 +296,9 @@ def test_the_vmap_page_shows_lengths_and_the_axis_to_split():
     assert "devices used: 5" in text
     assert "(32,) instead of (8,)" in text
     assert "equal to by rows: True" in text
-    assert "cross-device operations: []" in text  # the whole solution, compiled
+    # The whole solution: one program, no collective.
+    assert explained("problems/shard-map-vs-vmap", "explain(shard_map_vs_vmap, x)") == []
+    assert "shard_map_vs_vmap: 1 program on 8 devices, 0 collectives, 0 B sent per device" in text
 
 
 def test_the_simulate_page_passes_modules_as_pytrees_and_says_what_runs_where():
@@ -290,7 +306,8 @@ def test_the_simulate_page_passes_modules_as_pytrees_and_says_what_runs_where():
     assert "kernel: P() on 4 devices" in text
     assert "equals the simulation: True" in text
     assert "equals the pytree way: True" in text
-    assert "cross-device operations: []" in text
+    assert explained("problems/shard-map-simulate", "explain(forward, replicated") == []
+    assert "0 collectives, 0 B sent per device" in text
     assert "Invalid rng value: 0.0" in text
     assert "simulation runs on 1 device" in text
     assert "real pass runs on 8 devices" in text
@@ -364,10 +381,40 @@ def test_the_glance_page_names_each_collectives_call_and_its_source():
         assert soup.select_one(f'a[href$="jax.lax.{name}.html"]') is not None
 
 
+# What explain's table shows for each collective page's reference, on the page's own
+# example: the collective, what it moves, and the bytes each device sends for it.
+COLLECTIVE_PAGE_TABLES = {
+    "collectives/shard-map-all-gather": [("all-gather", "s32[16]", "56")],
+    "collectives/shard-map-all-to-all": [("all-to-all", "8 x s32[1,2]", "56")],
+    "collectives/shard-map-axis-index": [("all-gather", "s32[8]", "28")],
+    "collectives/shard-map-pmean": [("all-reduce", "f32[]", "7")],
+    "collectives/shard-map-ppermute": [("collective-permute", "f32[1]", "4")] * 2,
+    "collectives/shard-map-psum-scatter": [("reduce-scatter", "f32[2]", "56")],
+}
+
+
+def _rows(table: list[dict[str, str]]) -> list[tuple[str, str, str]]:
+    return [(row["collective"], row["moves"], row["B/run"]) for row in table]
+
+
 @pytest.mark.parametrize("name", [p.page for p in PROBLEMS.values() if p.folder == "collectives"])
-def test_each_collective_page_shows_its_communication_and_its_sources(name):
+def test_each_collective_page_explains_its_communication_and_cites_its_sources(name):
     soup = page(name)
     section = soup.find(id="the-solution-on-8-devices").get_text()
-    ops = ("all-reduce(", "all-gather(", "collective-permute(", "reduce-scatter(", "all-to-all(")
-    assert any(op in section for op in ops)
+    assert "explain(" in section
+    [table] = explained(name, "explain(shard_map_")
+    if name in COLLECTIVE_PAGE_TABLES:  # a page added later shows its table, at least
+        assert _rows(table) == COLLECTIVE_PAGE_TABLES[name]
+    assert {row["by"] for row in table} == {"asked"}  # the reference's own collectives
     assert soup.find(id="sources").select('a[href^="https://docs.jax.dev/"]')
+
+
+def test_the_psum_scatter_page_explains_the_psum_that_sends_twice_as_much():
+    [table] = explained("collectives/shard-map-psum-scatter", "explain(psum_version, x)")
+    assert _rows(table) == [("all-reduce", "f32[16]", "112")]
+
+
+def test_pages_keep_xlas_own_line_where_it_says_what_the_table_does_not():
+    groups = cell_output("collectives/shard-map-ppermute", "program_lines(")
+    assert "source_target_pairs={{0,7},{1,0}" in groups  # which device sends to which
+    assert "partition-id()" in cell_output("collectives/shard-map-axis-index", "program_lines(")

@@ -94,8 +94,12 @@ def test_the_solution_runs_on_the_2_by_4_mesh_rows_over_data():
 
 
 def test_the_compiled_program_has_one_all_reduce_over_the_model_groups():
-    text = cell_output("for collective in collectives(tensor_parallel_mlp")
-    assert text.count("all-reduce") == 1
+    [[reduce]] = built_pages.explained(NAME, "explain(tensor_parallel_mlp,")
+    assert (reduce["collective"], reduce["by"]) == ("all-reduce", "asked")
+    assert reduce["over"] == "4 devices (model) x 2 groups"  # the psum over "model"
+    assert (reduce["moves"], reduce["B sent"]) == ("f32[8,3]", "144")  # 2 x 3/4 x 96
+    text = cell_output("program_lines(tensor_parallel_mlp")  # XLA's own line
+    assert text.count("all-reduce(") == 1
     assert "f32[8,3]" in text
     # The groups: the rows of the mesh, by axis name (XLA today) or by device ids (older).
     assert "{'model'}" in text or "{{0,1,2,3},{4,5,6,7}}" in text
