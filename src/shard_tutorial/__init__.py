@@ -19,7 +19,7 @@ Examples:
    'data_parallel_sgd_step', 'fsdp_sgd_step', 'tensor_parallel_mlp',
    'nnx_data_parallel_step', 'collective_matmul_all_gather',
    'collective_matmul_reduce_scatter', 'expert_parallel_moe', 'pipeline_forward',
-   'ring_attention', 'zero_adam_step', 'ulysses_attention']
+   'ring_attention', 'zero_adam_step', 'ulysses_attention', 'moe_top2']
 """
 
 from __future__ import annotations
@@ -72,6 +72,7 @@ _LAZY = {
     # Part VI, training at scale:
     "zero_adam_step": "shard_tutorial.problems.zero_adam_step",
     "ulysses_attention": "shard_tutorial.problems.ulysses_attention",
+    "moe_top2": "shard_tutorial.problems.moe_top2",
 }
 
 __all__ = [
@@ -93,6 +94,7 @@ __all__ = [
     "get_problem",
     "join_cluster",
     "launch",
+    "moe_top2",
     "nnx_data_parallel_step",
     "pipeline_forward",
     "place",
@@ -154,6 +156,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from shard_tutorial.problems.fsdp_sgd_step import fsdp_sgd_step
     from shard_tutorial.problems.nnx_data_parallel_step import nnx_data_parallel_step
     from shard_tutorial.problems.pipeline_forward import pipeline_forward
+    from shard_tutorial.problems.moe_top2 import moe_top2
     from shard_tutorial.problems.ring_attention import ring_attention
     from shard_tutorial.problems.shard_map_all_gather import shard_map_all_gather
     from shard_tutorial.problems.shard_map_all_to_all import shard_map_all_to_all

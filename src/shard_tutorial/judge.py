@@ -214,7 +214,7 @@ def judge(
             ))  # fmt: skip
     received: Any = tuple(arrays) if names else arrays[0]
     with jax.enable_x64(False):  # the expected dtypes are JAX's defaults, whatever the caller's
-        diagnosis = problem.diagnose(case, received)
+        diagnosis = problem.diagnose(case, received, devices)
     differ = [name or "the output" for name, item, _ in labelled if item.get("replicas_differ")]
     if differ:
         return "fail", (
@@ -234,7 +234,7 @@ def judge(
     note = ""
     if how is not None:
         with jax.enable_x64(False):
-            expected = problem.expected(case)
+            expected = problem.expected(case, devices)
         verdict = _judge_how(
             problem, case, [item for _, item, _ in labelled],
             list(expected) if names else [expected], devices, how, how_payload, arrays,
@@ -306,7 +306,7 @@ def _judge_how(
     made_at: list[int | None] = []
     for k, want in enumerate(expected):
         got = received[k] if k < len(received) else None
-        origin = _first_made(candidates.get(k, []), want, case, problem, got)
+        origin = _first_made(candidates.get(k, []), want, case, problem, got, devices)
         if origin is not None and origin["made"] == "host":
             return "technique", (
                 "right values, but computed on the host (with NumPy or Python) and then copied "
@@ -515,9 +515,20 @@ def _judge_technique(
         wanted_names = " or ".join(f"jax.lax.{name}" for name in technique.primitives)
         return "technique", f"right values, but no {wanted_names}: {practises}"
     group = technique.group(case.args, devices) if technique.group is not None else None
+    traced = technique.traced(case.args) if technique.traced is not None else None
     for alternatives in technique.collectives:
         matching = [c for c in explicit if c.kind in alternatives]
         asked = " or ".join(KINDS_IN_WORDS.get(kind, kind) for kind in alternatives)
+        if not matching and traced is not None:
+            # Dropped from the compiled program (empty blocks): asked of the traced one,
+            # where _unused has checked that what they compute reaches the answer.
+            kinds = set().union(*(_PRIMITIVES_OF_KIND.get(kind, set()) for kind in alternatives))
+            if any(kinds & set(p.get("primitives", [])) for p in programs):
+                continue
+            return "technique", (
+                f"right values, but no {asked} in the program JAX traced ({traced}): "
+                f"{practises}"
+            )
         if not matching:
             ran = _listed(found) if found else "no collective over more than one device"
             return "technique", (
@@ -677,6 +688,7 @@ def _first_made(
     case: Case,
     problem: Problem,
     received: np.ndarray | None = None,
+    devices: int | None = None,
 ) -> dict[str, Any] | None:
     """The earliest candidate with the answer's values: where the answer was computed.
 
@@ -693,7 +705,7 @@ def _first_made(
         same_shape = isinstance(argument, np.ndarray) and argument.shape == want.shape
         if same_shape and np.allclose(precise(argument), want, equal_nan=True):
             return None
-    rtol, atol = problem.tolerance(case, expected.dtype)
+    rtol, atol = problem.tolerance(case, expected.dtype, devices)
     digest = None if received is None else fingerprint(received)
     for candidate in candidates:
         if candidate.get("from_arguments") is False:

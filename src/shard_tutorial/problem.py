@@ -144,6 +144,12 @@ class Technique:
         compiles (``0 * grad`` folded away). Such a case is judged on its values,
         where and by whose code they were computed, and its layout; the report
         says which cases judged the technique.
+      traced: given a case's arguments, why its compiled program cannot show the
+        asked-for collectives though a right answer runs them, or None where it
+        can: XLA drops a collective of empty blocks (an all-to-all of buffers of
+        0 slots). Such a case asks for them in the program JAX traced (its
+        primitives, whose results must reach the answer) instead; the forbidden
+        collectives and the budget are still read from the compiled program.
 
     What is asked depends on the case, as the statement says: on a mesh of one
     device (or where the collective's axis has one device) a ring of ``n - 1``
@@ -165,6 +171,9 @@ class Technique:
     )
     axis: str = "data"
     hidden: Callable[[tuple[Any, ...]], str | None] | None = dataclasses.field(
+        default=None, repr=False
+    )
+    traced: Callable[[tuple[Any, ...]], str | None] | None = dataclasses.field(
         default=None, repr=False
     )
 
@@ -360,6 +369,9 @@ class Problem:
         inputs), since a right answer adds them in an order of its own and the
         rounding grows with the terms, not with the result (see
         :meth:`tolerance`); 0: :attr:`atol` alone.
+      oracle_devices: whether the answer depends on how many devices the
+        contract's mesh has (a capacity per device): the oracle is then called
+        with that count as the keyword ``devices`` (see :meth:`expected`).
     """
 
     name: str
@@ -397,6 +409,7 @@ class Problem:
     budget: Budget | None = dataclasses.field(default=None, repr=False)
     sum_rounding: float = 0.0
     make_refusals: Callable[[], Sequence[Case]] | None = dataclasses.field(default=None, repr=False)
+    oracle_devices: bool = False
 
     @functools.cached_property
     def cases(self) -> tuple[Case, ...]:
@@ -453,7 +466,7 @@ class Problem:
         """The problem's page in the documentation, relative to the docs root."""
         return f"{self.folder}/" + self.name.replace("_", "-")
 
-    def expected(self, case: Case) -> Any:
+    def expected(self, case: Case, devices: int | None = None) -> Any:
         """The oracle's answer for ``case``, in the dtype JAX gives.
 
         The oracle computes in NumPy, at 64-bit precision; the expected dtype is
@@ -464,6 +477,8 @@ class Problem:
 
         Args:
           case: one of :attr:`cases`, or any case with this problem's arguments.
+          devices: the run's device count, for a problem whose answer depends on
+            its mesh (:attr:`oracle_devices`); None: ``jax.device_count()``.
 
         Returns:
           A NumPy array: the expected output; for a problem with :attr:`outputs`,
@@ -482,10 +497,17 @@ class Problem:
         """
         dtypes = self.result_dtype(case)
         with np.errstate(invalid="ignore", over="ignore"):  # inf - inf is nan, as in JAX
-            out = self.oracle(*case.args)
+            out = self._oracle_on(case.args, devices)
         if self.outputs:
             return tuple(np.asarray(o).astype(d) for o, d in zip(out, dtypes, strict=True))
         return np.asarray(out).astype(dtypes)
+
+    def _oracle_on(self, args: tuple[Any, ...], devices: int | None) -> Any:
+        """The oracle on ``args``, told the mesh's device count if it asks for it."""
+        if not self.oracle_devices:
+            return self.oracle(*args)
+        count = jax.device_count() if devices is None else devices
+        return self.oracle(*args, devices=math.prod(self.mesh_shape(Case("", args), count)))
 
     def result_dtype(self, case: Case) -> Any:
         """The dtype of the answer to ``case``: that of :attr:`unsharded`, in the active mode.
@@ -569,7 +591,9 @@ class Problem:
         args = case.jax_args()
         return args if self.arrange is None else self.arrange(args)
 
-    def tolerance(self, case: Case, dtype: np.dtype) -> tuple[float, np.ndarray | float]:
+    def tolerance(
+        self, case: Case, dtype: np.dtype, devices: int | None = None
+    ) -> tuple[float, np.ndarray | float]:
         """``(rtol, atol)`` for comparing an answer of ``dtype`` to ``case`` with the oracle.
 
         Integers must be exact. float32 (and more precise) answers get
@@ -588,6 +612,7 @@ class Problem:
         Args:
           case: the case that was run.
           dtype: the answer's dtype.
+          devices: the run's device count (see :meth:`expected`).
 
         Returns:
           The relative tolerance and the absolute one (a number, or an array
@@ -619,20 +644,24 @@ class Problem:
         if eps <= float(jnp.finfo(jnp.float32).eps):
             if not self.sum_rounding:
                 return self.rtol, self.atol
-            return self.rtol, self._atol_of_terms(case, self.sum_rounding * eps)
+            return self.rtol, self._atol_of_terms(case, self.sum_rounding * eps, devices)
         if self.outputs:  # a training step: no sum of terms to scale by; 4 of its eps
             return max(self.rtol, 4 * eps), max(self.atol, 4 * eps)
-        return max(self.rtol, 2 * eps), self._atol_of_terms(case, 2 * eps)
+        return max(self.rtol, 2 * eps), self._atol_of_terms(case, 2 * eps, devices)
 
-    def _atol_of_terms(self, case: Case, per_size: float) -> np.ndarray | float:
+    def _atol_of_terms(
+        self, case: Case, per_size: float, devices: int | None = None
+    ) -> np.ndarray | float:
         """:attr:`atol`, or ``per_size`` times the size of ``case``'s terms where that is more."""
         with np.errstate(invalid="ignore", over="ignore"):  # inf and nan compare as equal
-            sizes = self.oracle(*(np.abs(a) if isinstance(a, np.ndarray) else a for a in case.args))
+            sizes = self._oracle_on(
+                tuple(np.abs(a) if isinstance(a, np.ndarray) else a for a in case.args), devices
+            )
             atol = np.maximum(self.atol, per_size * np.abs(precise(sizes)))
         atol = np.where(np.isfinite(atol), atol, 0.0)  # where the terms are not, equality decides
         return float(atol) if atol.ndim == 0 else atol
 
-    def diagnose(self, case: Case, received: object) -> str | None:
+    def diagnose(self, case: Case, received: object, devices: int | None = None) -> str | None:
         """What is wrong with ``received`` as the answer to ``case``; None if it is right.
 
         The answer must have the expected shape and dtype, and values within
@@ -644,6 +673,7 @@ class Problem:
         Args:
           case: the case that was run.
           received: what the solution returned.
+          devices: the run's device count (see :meth:`expected`).
 
         Returns:
           None if ``received`` is right, else one or more sentences.
@@ -664,12 +694,13 @@ class Problem:
           >>> print(psum.diagnose(case, np.float32(496.0).astype(np.float64)))
           dtype: expected float32, received float64
         """
-        expected = self.expected(case)
+        expected = self.expected(case, devices)
         if not self.outputs:
             got = _as_numbers(received)
             if isinstance(got, str):
                 return got
-            message, alone = _difference(expected, got, self.tolerance(case, expected.dtype))
+            tolerance = self.tolerance(case, expected.dtype, devices)
+            message, alone = _difference(expected, got, tolerance)
             if message is None or alone:
                 return message
             return self._with_hint(case, expected, got, message)
@@ -684,7 +715,7 @@ class Problem:
             got = _as_numbers(item)
             if isinstance(got, str):
                 return f"{name}: {got}"
-            message, alone = _difference(want, got, self.tolerance(case, want.dtype))
+            message, alone = _difference(want, got, self.tolerance(case, want.dtype, devices))
             if message is not None and alone:
                 return f"{name}: {message}"
             if message is not None:

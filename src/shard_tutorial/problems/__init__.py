@@ -65,6 +65,7 @@ PROBLEMS: Mapping[str, Problem] = _Registry(
         # Part VI, training at scale:
         "zero_adam_step",
         "ulysses_attention",
+        "moe_top2",
     )
 )
 """Every problem by name, in the site's reading order."""
