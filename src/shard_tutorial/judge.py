@@ -498,7 +498,11 @@ def _judge_technique(
             f"right values, computed {way}, not with jax.shard_map: {practises}" + _lines(programs)
         )
     one_device = _one_device(technique, case, devices, wanted)
-    if (unused := _unused(technique, programs, shard_map_only=one_device)) is not None:
+    traced = technique.traced(case.args) if technique.traced is not None else None
+    # Where the asked collectives move nothing (empty blocks), whether their empty
+    # results reach the answer says nothing: only shard_map's is asked to.
+    asked_live = not (one_device or traced is not None)
+    if (unused := _unused(technique, programs, shard_map_only=not asked_live)) is not None:
         return "technique", (
             f"right values, but what {unused} computes never reaches the answer (its result "
             f"is multiplied by zero, or not used): {practises}"
@@ -515,13 +519,11 @@ def _judge_technique(
         wanted_names = " or ".join(f"jax.lax.{name}" for name in technique.primitives)
         return "technique", f"right values, but no {wanted_names}: {practises}"
     group = technique.group(case.args, devices) if technique.group is not None else None
-    traced = technique.traced(case.args) if technique.traced is not None else None
     for alternatives in technique.collectives:
         matching = [c for c in explicit if c.kind in alternatives]
         asked = " or ".join(KINDS_IN_WORDS.get(kind, kind) for kind in alternatives)
         if not matching and traced is not None:
-            # Dropped from the compiled program (empty blocks): asked of the traced one,
-            # where _unused has checked that what they compute reaches the answer.
+            # Dropped from the compiled program (empty blocks): asked of the traced one.
             kinds = set().union(*(_PRIMITIVES_OF_KIND.get(kind, set()) for kind in alternatives))
             if any(kinds & set(p.get("primitives", [])) for p in programs):
                 continue

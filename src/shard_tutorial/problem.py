@@ -148,8 +148,9 @@ class Technique:
         asked-for collectives though a right answer runs them, or None where it
         can: XLA drops a collective of empty blocks (an all-to-all of buffers of
         0 slots). Such a case asks for them in the program JAX traced (its
-        primitives, whose results must reach the answer) instead; the forbidden
-        collectives and the budget are still read from the compiled program.
+        primitives; their empty results need not reach the answer) instead; the
+        forbidden collectives and the budget are still read from the compiled
+        program.
 
     What is asked depends on the case, as the statement says: on a mesh of one
     device (or where the collective's axis has one device) a ring of ``n - 1``
