@@ -97,6 +97,7 @@ ON_A_CLUSTER = {
     "data_parallel_sgd_step": "right_jit_pmean_loss",
     "expert_parallel_moe": "right_einsum_jit",
     "fsdp_sgd_step": "right_jit_gather_in_loss",
+    "moe_top2": "right_cumsum_jit",
     "nnx_data_parallel_step": "right_check_vma_false",
     "pipeline_forward": "right_python_ticks_jit",
     "ring_attention": "right_scan_jit",

@@ -45,6 +45,7 @@ ROUNDING = {
     # Measured: case 1's kernel differs in the last bit (the all-reduce of the gradient).
     "nnx_data_parallel_step": "float gradients summed across devices by gloo",
     "zero_adam_step": "float gradients reduce-scattered across devices by gloo",
+    "moe_top2": "aux's float sums of probabilities, added across devices by gloo",
 }
 
 # Records go to a file per process, not to standard output, where gloo's threads print
