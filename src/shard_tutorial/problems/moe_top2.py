@@ -261,9 +261,10 @@ def unsharded(
     Examples:
       >>> import jax.numpy as jnp
       >>> from shard_tutorial.problems.moe_top2 import unsharded
-      >>> y, aux = unsharded(jnp.ones((2, 1)), jnp.array([[1.0, 0.0], [1.0, 0.0]]), jnp.ones((2, 1, 1)), 1)
-      >>> y[:, 0], aux.round(4)
-      (Array([0.7311, 0.2689], dtype=float32), Array(1.4621, dtype=float32))
+      >>> logits = jnp.array([[1.0, 0.0], [1.0, 0.0]])  # both tokens: expert 0, then 1
+      >>> y, aux = unsharded(jnp.ones((2, 1)), logits, jnp.ones((2, 1, 1)), 1)
+      >>> y[:, 0], round(float(aux), 4)  # capacity 1: token 1 finds both experts full
+      (Array([1., 0.], dtype=float32), 1.4621)
     """
     experts = router_logits.shape[1]
     e1, e2, g1, g2 = _route(router_logits)
@@ -312,10 +313,10 @@ def numpy_moe_top2(
       >>> logits = np.array([[2.0, 0.0], [0.0, 2.0]])  # token 0: 0 then 1; token 1: 1 then 0
       >>> w = np.array([[[1.0]], [[10.0]]])  # expert 0 multiplies by 1, expert 1 by 10
       >>> y, aux = numpy_moe_top2(np.ones((2, 1)), logits, w, 1, 1)
-      >>> y[:, 0].round(4), aux.round(4)  # capacity 1: the first choices fill both experts
-      (array([0.8808, 8.8080]), np.float64(1.0))
+      >>> y[:, 0].round(4), round(float(aux), 4)  # capacity 1: the first choices fill both
+      (array([0.8808, 8.808 ]), 1.0)
       >>> numpy_moe_top2(np.ones((2, 1)), logits, w, 1, 2)[0][:, 0].round(4)  # 2 devices
-      array([2.0, 9.0])
+      array([2.0728, 8.9272])
     """
     x, logits, w = precise(x), precise(router_logits), precise(w)
     tokens, experts = logits.shape
