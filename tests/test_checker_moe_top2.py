@@ -7,7 +7,6 @@ Judged in this process (judging.judged), at the suite's device count, on single 
 
 from __future__ import annotations
 
-import jax
 import pytest
 from judging import judged
 

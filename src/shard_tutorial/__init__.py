@@ -154,9 +154,9 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from shard_tutorial.problems.data_parallel_sgd_step import data_parallel_sgd_step
     from shard_tutorial.problems.expert_parallel_moe import expert_parallel_moe
     from shard_tutorial.problems.fsdp_sgd_step import fsdp_sgd_step
+    from shard_tutorial.problems.moe_top2 import moe_top2
     from shard_tutorial.problems.nnx_data_parallel_step import nnx_data_parallel_step
     from shard_tutorial.problems.pipeline_forward import pipeline_forward
-    from shard_tutorial.problems.moe_top2 import moe_top2
     from shard_tutorial.problems.ring_attention import ring_attention
     from shard_tutorial.problems.shard_map_all_gather import shard_map_all_gather
     from shard_tutorial.problems.shard_map_all_to_all import shard_map_all_to_all

@@ -528,8 +528,7 @@ def _judge_technique(
             if any(kinds & set(p.get("primitives", [])) for p in programs):
                 continue
             return "technique", (
-                f"right values, but no {asked} in the program JAX traced ({traced}): "
-                f"{practises}"
+                f"right values, but no {asked} in the program JAX traced ({traced}): {practises}"
             )
         if not matching:
             ran = _listed(found) if found else "no collective over more than one device"

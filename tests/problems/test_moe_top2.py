@@ -78,7 +78,7 @@ def _over_devices(layer, case, device_count):
 
 
 def test_the_compiled_program_exchanges_fixed_size_buffers(device_count):
-    x, logits, w, capacity = BINDING.args  # E=16, capacity 1, D=4, F=3
+    capacity = BINDING.args[3]  # E=16, capacity 1, D=4, F=3
     found = _over_devices(functools.partial(moe_top2, capacity=capacity), BINDING, device_count)
     if device_count == 1:
         assert found == []  # nothing over more than one device
@@ -86,7 +86,11 @@ def test_the_compiled_program_exchanges_fixed_size_buffers(device_count):
     # Bytes per device: the (16, 1, 4) dispatch, the (16, 1, 3) return (XLA's CPU
     # backend prints an all-to-all as a tuple of 8 blocks), aux's (2, 16) sums.
     kinds = sorted((c.kind, c.nbytes) for c in found)
-    assert kinds == [("all-reduce", 2 * 16 * 4), ("all-to-all", 16 * 3 * 4), ("all-to-all", 16 * 4 * 4)]
+    assert kinds == [
+        ("all-reduce", 2 * 16 * 4),
+        ("all-to-all", 16 * 3 * 4),
+        ("all-to-all", 16 * 4 * 4),
+    ]
     assert not any(c.kind == "all-gather" for c in found)
 
 
@@ -111,9 +115,9 @@ def test_a_fixed_capacity_compiles_once_for_any_routing(count_compiles):
 @pytest.mark.parametrize(
     ("mistake", "words"),
     [
-        (dict(seconds_first=True), "the second choices took the experts' slots before"),
-        (dict(full_softmax=True), "the gates are the softmax of all E logits"),
-        (dict(devices=1), "the capacity was counted over 32 tokens (all of them)"),
+        ({"seconds_first": True}, "the second choices took the experts' slots before"),
+        ({"full_softmax": True}, "the gates are the softmax of all E logits"),
+        ({"devices": 1}, "the capacity was counted over 32 tokens (all of them)"),
     ],
 )
 def test_each_mistake_in_y_is_explained(mistake, words):
@@ -126,7 +130,7 @@ def test_each_mistake_in_y_is_explained(mistake, words):
 
 
 def test_aux_from_local_tokens_is_explained():
-    y, aux = PROBLEM.expected(BINDING, 8)
+    y, _ = PROBLEM.expected(BINDING, 8)
     for local in (local_aux(BINDING.args[1], 8)[0], np.mean(local_aux(BINDING.args[1], 8))):
         verdict = PROBLEM.diagnose(BINDING, (y, np.float32(local)), 8)
         assert verdict.startswith("aux: value:"), verdict

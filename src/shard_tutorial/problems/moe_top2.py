@@ -185,10 +185,10 @@ def _route(logits: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Arra
     # and to infinite logits (a -inf mask could pick e1 again).
     others = jnp.arange(experts - 1)[None, :]
     others = others + (others >= e1[:, None])
-    e2 = jnp.take_along_axis(others, jnp.argmax(jnp.take_along_axis(logits, others, 1), 1)[:, None], 1)[:, 0]
-    chosen = jnp.stack(
-        [jnp.take_along_axis(logits, e[:, None], 1)[:, 0] for e in (e1, e2)], axis=1
-    )
+    e2 = jnp.take_along_axis(
+        others, jnp.argmax(jnp.take_along_axis(logits, others, 1), 1)[:, None], 1
+    )[:, 0]
+    chosen = jnp.stack([jnp.take_along_axis(logits, e[:, None], 1)[:, 0] for e in (e1, e2)], axis=1)
     gates = jax.nn.softmax(chosen, axis=1)  # of the two chosen logits only
     return e1, e2, gates[:, 0], gates[:, 1]
 
@@ -205,7 +205,9 @@ def _slots(e1: jax.Array, e2: jax.Array, experts: int) -> tuple[jax.Array, jax.A
     return slot1, slot2
 
 
-def _local(x: jax.Array, logits: jax.Array, w: jax.Array, *, capacity: int) -> tuple[jax.Array, jax.Array]:
+def _local(
+    x: jax.Array, logits: jax.Array, w: jax.Array, *, capacity: int
+) -> tuple[jax.Array, jax.Array]:
     """One device: route its tokens, dispatch, run its experts, return, combine; aux."""
     devices = jax.lax.axis_size("expert")
     experts, (local_experts, _, features) = logits.shape[1], w.shape
@@ -213,12 +215,14 @@ def _local(x: jax.Array, logits: jax.Array, w: jax.Array, *, capacity: int) -> t
     slot1, slot2 = _slots(e1, e2, experts)
     # A (t, E, capacity) one-hot of each kept choice's expert and slot: a choice past
     # the capacity has no slot (one_hot of an index >= capacity is all zeros).
-    where1 = jax.nn.one_hot(e1, experts, dtype=x.dtype)[:, :, None] * jax.nn.one_hot(
-        slot1, capacity, dtype=x.dtype
-    )[:, None, :]
-    where2 = jax.nn.one_hot(e2, experts, dtype=x.dtype)[:, :, None] * jax.nn.one_hot(
-        slot2, capacity, dtype=x.dtype
-    )[:, None, :]
+    where1 = (
+        jax.nn.one_hot(e1, experts, dtype=x.dtype)[:, :, None]
+        * jax.nn.one_hot(slot1, capacity, dtype=x.dtype)[:, None, :]
+    )
+    where2 = (
+        jax.nn.one_hot(e2, experts, dtype=x.dtype)[:, :, None]
+        * jax.nn.one_hot(slot2, capacity, dtype=x.dtype)[:, None, :]
+    )
     outbox = jnp.einsum("tec,td->ecd", where1 + where2, x)  # (E, capacity, D)
     # Dispatch: expert e's slots go to device e // (E / n); inbox[s * E/n + k] holds
     # what device s sent this device's expert k.
@@ -227,9 +231,10 @@ def _local(x: jax.Array, logits: jax.Array, w: jax.Array, *, capacity: int) -> t
     results = jnp.einsum("skcd,kdf->skcf", inbox, w).reshape(experts, capacity, features)
     # Return: the slots of sender s go back to device s; back[e] is expert e's results.
     back = jax.lax.all_to_all(results, "expert", split_axis=0, concat_axis=0, tiled=True)
-    gates = g1[:, None, None].astype(back.dtype) * where1 + g2[:, None, None].astype(
-        back.dtype
-    ) * where2
+    gates = (
+        g1[:, None, None].astype(back.dtype) * where1
+        + g2[:, None, None].astype(back.dtype) * where2
+    )
     y = jnp.einsum("tec,ecf->tf", gates.astype(back.dtype), back)
     # aux: the first-choice counts and the summed probabilities, over every token.
     probs = jax.nn.softmax(logits, axis=1)
@@ -241,7 +246,9 @@ def _local(x: jax.Array, logits: jax.Array, w: jax.Array, *, capacity: int) -> t
 
 
 @functools.cache
-def _moe(mesh: Mesh, capacity: int) -> Callable[[jax.Array, jax.Array, jax.Array], tuple[jax.Array, jax.Array]]:
+def _moe(
+    mesh: Mesh, capacity: int
+) -> Callable[[jax.Array, jax.Array, jax.Array], tuple[jax.Array, jax.Array]]:
     """Build, once per mesh and capacity, the compiled layer."""
     return jax.jit(
         jax.shard_map(
@@ -269,10 +276,11 @@ def unsharded(
     experts = router_logits.shape[1]
     e1, e2, g1, g2 = _route(router_logits)
     slot1, slot2 = _slots(e1, e2, experts)
-    y = sum(
+    first, second = (
         jnp.where((slot < capacity)[:, None], g[:, None] * jnp.einsum("td,tdf->tf", x, w[e]), 0)
         for e, g, slot in ((e1, g1, slot1), (e2, g2, slot2))
     )
+    y = first + second
     probs = jax.nn.softmax(router_logits, axis=1)
     f = jnp.mean(jax.nn.one_hot(e1, experts, dtype=probs.dtype), axis=0)
     return y, experts * jnp.sum(f * jnp.mean(probs, axis=0))
@@ -347,7 +355,7 @@ def numpy_moe_top2(
     probs /= probs.sum(axis=1, keepdims=True)
     f = np.bincount(first, minlength=experts) / tokens
     aux = experts * np.sum(f * probs.mean(axis=0))
-    return y, np.float64(aux)
+    return y, np.asarray(aux, np.float64)
 
 
 def _oracle(
@@ -366,7 +374,7 @@ def local_aux(router_logits: np.ndarray, devices: int) -> list[float]:
       >>> [round(a, 3) for a in local_aux(logits, 2)]  # each device alone: badly balanced
       [1.987, 1.987]
     """
-    tokens, experts = router_logits.shape
+    experts = router_logits.shape[1]
     logits = precise(router_logits)
     found = []
     for block in np.split(logits, devices):
@@ -408,7 +416,6 @@ def _explain(
     got_y, got_aux = (precise(np.asarray(r)) for r in received)
     want_y, want_aux = (precise(np.asarray(e)) for e in expected)
     if got_y.shape != want_y.shape or got_aux.shape != ():
-
         return None
 
     def close(a: np.ndarray, b: np.ndarray) -> bool:
@@ -421,14 +428,14 @@ def _explain(
             return None
         for devices in counts[1:]:
             each = local_aux(logits, devices)
-            if any(close(got_aux, np.float64(a)) for a in each) or close(
-                got_aux, np.float64(np.mean(each))
+            if any(close(got_aux, np.asarray(a)) for a in each) or close(
+                got_aux, np.asarray(np.mean(each))
             ):
                 return (
                     f"aux is that of one device's own {tokens // devices} tokens (or the mean "
                     f"of the {devices} devices' own), not of all {tokens}: f_e * p_e is a "
                     "product of two means over every token, so psum the first-choice counts "
-                    "and the summed probabilities over \"expert\" before multiplying them"
+                    'and the summed probabilities over "expert" before multiplying them'
                 )
         return None
     for devices in counts:
@@ -458,8 +465,15 @@ def _explain(
 
 
 def _make(
-    rng: np.random.Generator, label: str, tokens: int, d: int, experts: int, f: int, capacity: int,
-    *, skew: float = 0.0,
+    rng: np.random.Generator,
+    label: str,
+    tokens: int,
+    d: int,
+    experts: int,
+    f: int,
+    capacity: int,
+    *,
+    skew: float = 0.0,
 ) -> Case:
     """A case of random normal numbers; ``skew`` favours the first experts (so they fill)."""
     logits = rng.normal(size=(tokens, experts)) - skew * np.arange(experts) / experts
