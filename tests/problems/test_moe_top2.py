@@ -61,7 +61,8 @@ def test_the_expected_answer_depends_on_the_mesh_the_contract_gives():
     assert not np.allclose(on_eight[0], on_one[0])  # capacity per device: fewer drops on 8
 
 
-@pytest.mark.parametrize("case", [BINDING, EMPTY, PROBLEM.cases[4]], ids=lambda c: c.label)
+# The ties and capacity 0 (the checker judges the reference on every case elsewhere).
+@pytest.mark.parametrize("case", [EMPTY, PROBLEM.cases[4]], ids=lambda c: c.label)
 def test_the_reference_matches_the_oracle(case, assert_matches_oracle, device_count):
     y, aux = moe_top2(*PROBLEM.arranged(case))
     assert_matches_oracle(PROBLEM, case, (y, aux))
