@@ -25,6 +25,7 @@ def prose(name: str) -> str:
         ("training/fsdp-sgd-step", "JAX 0.10's XLA writes them f32[1,4]"),
         ("training/tensor-parallel-mlp", "older XLA versions list the device ids"),
         ("training/strategies", "On JAX 0.10 XLA prints each group as the device ids"),
+        ("scale/moe-top2", "With JAX 0.10, XLA lists the devices of each group"),
     ],
 )
 def test_the_page_says_how_the_oldest_jax_prints_its_program(name, note):
