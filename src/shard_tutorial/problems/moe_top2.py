@@ -411,6 +411,17 @@ def _explain(
     - the capacity counted over all tokens, not per device;
     - the gates from the softmax of all E logits, not of the two chosen;
     - ``aux`` from a device's own tokens only (or the mean of those), no psum.
+
+    Examples:
+      >>> import numpy as np
+      >>> from shard_tutorial.problems import get_problem
+      >>> from shard_tutorial.problems.moe_top2 import _explain, numpy_moe_top2
+      >>> problem = get_problem("moe_top2")
+      >>> case = problem.cases[1]  # T=32, E=16, capacity 1
+      >>> right = problem.expected(case, 8)
+      >>> seconds = numpy_moe_top2(*case.args, 8, seconds_first=True)[0]
+      >>> print(_explain(case, right, (seconds, right[1])))
+      the second choices took the experts' slots before the first choices (8 devices): ...
     """
     x, logits, w, capacity = case.args
     got_y, got_aux = (precise(np.asarray(r)) for r in received)
@@ -438,23 +449,25 @@ def _explain(
                     'and the summed probabilities over "expert" before multiplying them'
                 )
         return None
+
+    def looks_like(mistake: np.ndarray) -> bool:  # and the case tells it from the right y
+        return close(got_y, mistake) and not close(mistake, want_y)
+
     for devices in counts:
-        if close(got_y, numpy_moe_top2(x, logits, w, capacity, devices, seconds_first=True)[0]):
+        if looks_like(numpy_moe_top2(x, logits, w, capacity, devices, seconds_first=True)[0]):
             return (
                 "the second choices took the experts' slots before the first choices "
                 f"({devices} device{'s' if devices > 1 else ''}): fill every expert's "
                 "capacity with the first choices of the device's tokens, in token order, "
                 "and only then with the second choices"
             )
-        if close(got_y, numpy_moe_top2(x, logits, w, capacity, devices, full_softmax=True)[0]):
+        if looks_like(numpy_moe_top2(x, logits, w, capacity, devices, full_softmax=True)[0]):
             return (
                 "the gates are the softmax of all E logits taken at e1 and e2, which do not "
                 "add up to 1: the gates are the softmax of the two chosen logits only"
             )
     for devices in counts:
-        if devices == counts[-1] and len(counts) > 1:
-            break
-        if close(got_y, numpy_moe_top2(x, logits, w, capacity, devices)[0]):
+        if looks_like(numpy_moe_top2(x, logits, w, capacity, devices)[0]):
             return (
                 f"the capacity was counted over {tokens // devices} tokens "
                 f"({'all of them' if devices == 1 else f'{devices} devices'}), not over each "
