@@ -15,8 +15,10 @@ import math
 import jax
 import numpy as np
 import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
-from shard_tutorial import get_problem, moe_top2, usable_device_count
+from shard_tutorial import axis_mesh, get_problem, moe_top2, usable_device_count
 from shard_tutorial.compiled import collectives
 from shard_tutorial.problem import Case
 from shard_tutorial.problems.moe_top2 import local_aux, numpy_moe_top2
@@ -136,3 +138,30 @@ def test_aux_from_local_tokens_is_explained():
         verdict = PROBLEM.diagnose(BINDING, (y, np.float32(local)), 8)
         assert verdict.startswith("aux: value:"), verdict
         assert "aux is that of one device's own 4 tokens" in verdict
+
+
+def test_an_all_to_all_of_empty_buffers_is_whole_on_jax_0_12_and_not_on_0_10(device_count):
+    # What the page says where capacity 0 matters: the (E, 0, D) buffers must not leave
+    # shard_map as an output on jax 0.10, whose shards of it each have the whole shape.
+    if device_count == 1:
+        pytest.skip("one device exchanges nothing")
+    mesh = axis_mesh("expert", 8)
+    exchange = jax.jit(
+        jax.shard_map(
+            lambda b: jax.lax.all_to_all(b, "expert", 0, 0, tiled=True),
+            mesh=mesh,
+            in_specs=P("expert"),
+            out_specs=P("expert"),
+        )
+    )
+    out = exchange(
+        jax.device_put(np.zeros((8 * 16, 0, 4), np.float32), NamedSharding(mesh, P("expert")))
+    )
+    shards = {s.data.shape for s in out.addressable_shards}
+    if jax.__version__.startswith("0.10."):
+        assert shards == {(128, 0, 4)}
+        with pytest.raises(ValueError, match="could not broadcast"):
+            np.asarray(out)
+    else:
+        assert shards == {(16, 0, 4)}
+        assert np.asarray(out).shape == (128, 0, 4)
