@@ -41,7 +41,7 @@ def moe_top2(
     """Top-2 mixture of experts with a capacity per device and expert, and its balancing loss.
 
     The mesh is ``axis_mesh("expert", math.gcd(T, E))``: one axis, ``"expert"``,
-    with ``n`` devices, the most (up to all of them, at most 8) that divide both
+    with ``n`` devices, the most (up to all of them) that divide both
     the number of tokens ``T`` and the number of experts ``E``. The rows of ``x``
     and of ``router_logits`` (the tokens) are split over ``"expert"``, ``T / n``
     per device, and so are the experts, ``E / n`` consecutive ones per device:
@@ -111,6 +111,12 @@ def moe_top2(
       >>> y, aux.round(4)
       (Array([[0.],
              [0.]], dtype=float32), Array(1., dtype=float32))
+
+      On 8 devices, 16 tokens and 8 experts: 2 tokens and one expert per device.
+
+      >>> y, aux = moe_top2(jnp.ones((16, 4)), jnp.eye(16, 8), jnp.ones((8, 4, 3)), 2)
+      >>> dict(y.sharding.mesh.shape), tuple(y.sharding.spec), aux.sharding.is_fully_replicated
+      ({'expert': 8}, ('expert', None), True)
     """
     capacity = _check_inputs(x, router_logits, w, capacity)
     tokens, experts = x.shape[0], w.shape[0]
