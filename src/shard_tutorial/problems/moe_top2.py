@@ -26,10 +26,10 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from shard_tutorial.communication import bytes_per_number
 from shard_tutorial.meshes import axis_mesh, place, usable_device_count
 from shard_tutorial.problem import Budget, Case, Forbidden, Placement, Problem, Technique, precise
 from shard_tutorial.problems._blocks import device_counts
-from shard_tutorial.problems.expert_parallel_moe import _carried
 from shard_tutorial.validation import check_array, check_floating, require_whole_number
 
 __all__ = ["PROBLEM", "moe_top2", "numpy_moe_top2"]
@@ -603,8 +603,10 @@ def _limits(args: tuple[Any, ...]) -> dict[str, float]:
     (_, d), (experts, _, f) = np.shape(x), np.shape(w)
     n = _contract_devices(args, jax.device_count())
     slots = experts * int(capacity)
-    buffers = slots * (d * _carried(x.dtype) + f * _carried(jnp.result_type(x.dtype, w.dtype)))
-    sums = 2 * (2 * experts) * _carried(logits.dtype)
+    buffers = slots * (
+        d * bytes_per_number(x.dtype) + f * bytes_per_number(jnp.result_type(x.dtype, w.dtype))
+    )
+    sums = 2 * (2 * experts) * bytes_per_number(logits.dtype)
     return {"sent": (n - 1) / n * (buffers + sums)}
 
 
