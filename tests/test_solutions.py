@@ -20,6 +20,7 @@ line with ``--processes 2`` runs one right answer per problem
 
 from __future__ import annotations
 
+import re
 import runpy
 import subprocess
 import sys
@@ -86,6 +87,10 @@ def test_a_wrong_answer_gets_its_verdict(path, request):
     report = check_here(path.parent.name, path, seed=0, few=False, until=shows, refusals=True)
     (run,) = report.runs
     assert any(shows(r) for r in run.results), f"expected {verdict} with {phrase!r}:\n{report}"
+    if verdict in {"technique", "budget"}:
+        # What the answer's programs ran, or where it copied host data in: a line of its own.
+        (shown,) = [r for r in run.results if shows(r)][-1:]
+        assert re.search(rf"line \d+ of {re.escape(path.name)}: \S", shown.message), shown.message
 
 
 # The right answer of each problem that runs on a cluster: jitted ones (an eager

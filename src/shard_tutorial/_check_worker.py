@@ -429,12 +429,21 @@ def answer(
     return event, payload + extra
 
 
+LINES = 8  # the reader's lines a program's operations came from, sent for the verdicts
 CANDIDATES = 8  # arrays shaped like an output sent per output, to find where the answer was made
 CANDIDATE_BYTES = 8 * 2**20  # at most this many bytes each
 # Past those, a digest of each array's values (problem.fingerprint): no flood of arrays
 # shaped like the output, before or after it, hides the one the answer is a copy of.
 FINGERPRINTS = 512
 TEXT_LIMIT = 200_000  # characters of a program's communication lines sent
+
+
+def _line_of(event: Any) -> list[Any] | None:
+    """The reader's line a recorded copy or program came from, ``[file, line]``, or None."""
+    where = getattr(event, "where", None)  # a copy's
+    lines = getattr(event, "lines", ())  # a program's, the first of them
+    found = where or (lines[0] if lines else None)
+    return list(found) if found else None
 
 
 def describe_lineage(
@@ -480,6 +489,7 @@ def describe_lineage(
                 # Empty (nothing reaches the answer) is not None (the program not read).
                 "live": sorted(run.primitives if run.live is None else run.live),
                 "files": sorted(run.files),
+                "lines": [list(line) for line in run.lines[:LINES]],
                 "memory": dict(run.memory),
                 "held_before": run.held_before,
                 "text": communication_lines(run.text)[:TEXT_LIMIT],
@@ -528,6 +538,8 @@ def describe_lineage(
                 candidate = {
                     "item": item, "order": event.order, "made": made, "devices": devices,
                     "shape": list(shape), "nbytes": len(data), "from_arguments": from_arguments,
+                    # The reader's line that made it (a copy, or a program), for the verdict.
+                    "line": _line_of(event),
                 }  # fmt: skip
                 if found < CANDIDATES:
                     chunks.append(data)

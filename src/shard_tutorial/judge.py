@@ -35,6 +35,7 @@ import numpy as np
 from shard_tutorial.assembly import Disagree, array, combine, items, own
 from shard_tutorial.compiled import (
     Collective,
+    Frame,
     host_callbacks,
     parse_collectives,
     sent_by,
@@ -310,7 +311,7 @@ def _judge_how(
         if origin is not None and origin["made"] == "host":
             return "technique", (
                 "right values, but computed on the host (with NumPy or Python) and then copied "
-                f"to the devices: {practises}"
+                f"to the devices: {practises}" + _copied_at(origin.get("line"))
             )
         if origin is not None and int(origin["devices"]) < wanted:
             return "placement", (
@@ -391,13 +392,14 @@ def _judge_one_device(programs: list[dict[str, Any]], practises: str) -> tuple[s
         return "technique", (
             "right values, but computed with jax.shard_map, where the statement asks for "
             f"the blocks sliced by hand on one device (no mesh, no jax.shard_map): {practises}"
+            + _code_lines(with_shard_map)
         )
     spread = max((int(p.get("devices", 1)) for p in programs), default=1)
     if spread > 1:
         return "technique", (
             f"right values, but computed by a program over {_devices(spread)}, where the "
             "statement asks for one device (no mesh): the blocks are sliced by hand; "
-            f"{practises}"
+            f"{practises}" + _code_lines([p for p in programs if int(p.get("devices", 1)) > 1])
         )
     return None
 
@@ -495,7 +497,7 @@ def _judge_technique(
         else:
             way = "with jax.numpy or jax.jit"
         return "technique", (
-            f"right values, computed {way}, not with jax.shard_map: {practises}" + _lines(programs)
+            f"right values, computed {way}, not with jax.shard_map: {practises}" + _where(programs)
         )
     one_device = _one_device(technique, case, devices, wanted)
     traced = technique.traced(case.args) if technique.traced is not None else None
@@ -503,9 +505,10 @@ def _judge_technique(
     # results reach the answer says nothing: only shard_map's is asked to.
     asked_live = not (one_device or traced is not None)
     if (unused := _unused(technique, programs, shard_map_only=not asked_live)) is not None:
+        asked_kinds = {kind for alternatives in technique.collectives for kind in alternatives}
         return "technique", (
             f"right values, but what {unused} computes never reaches the answer (its result "
-            f"is multiplied by zero, or not used): {practises}"
+            f"is multiplied by zero, or not used): {practises}" + _where(programs, asked_kinds)
         )
     if one_device:
         # One device (on the mesh, or on the axis the collectives span): the statement's
@@ -534,7 +537,7 @@ def _judge_technique(
             ran = _listed(found) if found else "no collective over more than one device"
             return "technique", (
                 f"right values, but no {asked} from the code inside jax.shard_map; the compiled "
-                f"program runs {ran}: {practises}" + _lines(programs)
+                f"program runs {ran}: {practises}" + _where(programs)
             )
         if group is not None and not any(c.group_size in {group, None} for c in matching):
             sizes = sorted({c.group_size or 0 for c in matching})
@@ -588,6 +591,45 @@ def _unused(
         if primitives & traced and not primitives & live:
             return words
     return None
+
+
+def _where(programs: list[dict[str, Any]], kinds: set[str] | None = None) -> str:
+    """:func:`_lines` of the collectives, or where the programs' work came from if none."""
+    return _lines(programs, kinds) or _code_lines(programs)
+
+
+def _code_lines(programs: list[dict[str, Any]], *, most: int = 3) -> str:
+    """The reader's lines the programs' operations came from, in the order they ran.
+
+    For a verdict on programs with no collective to point at: the lines of the
+    reader's code (not JAX's, a library's or this package's) that each program's
+    operations were traced from, as the recording read them from JAX's traced
+    programs. Empty when there are none.
+    """
+    from shard_tutorial.explain import _code  # noqa: PLC0415 (Rich, lazily)
+
+    seen: list[Frame] = []
+    for program in programs:
+        for file, line in program.get("lines", []):
+            frame = Frame(str(file), int(line))
+            if "site-packages" not in frame.file and frame not in seen:
+                seen.append(frame)
+    if not seen:
+        return ""
+    rows = [f"  line {f.line} of {Path(f.file).name}: {_code(f)}" for f in seen[:most]]
+    more = f"\n  and {len(seen) - most} more" if len(seen) > most else ""
+    return "\nWhere (the lines the programs computed):\n" + "\n".join(rows) + more
+
+
+def _copied_at(line: list[Any] | None) -> str:
+    """``"Where: line 12 of answer.py: ..."``: the reader's line that copied host data in."""
+    if not line:
+        return ""
+    from shard_tutorial.explain import _code  # noqa: PLC0415 (Rich, lazily)
+
+    frame = Frame(str(line[0]), int(line[1]))
+    where = f"line {frame.line} of {Path(frame.file).name}: {_code(frame)}"
+    return f"\nWhere:\n  {where}"
 
 
 def _lines(programs: list[dict[str, Any]], kinds: set[str] | None = None, *, most: int = 4) -> str:

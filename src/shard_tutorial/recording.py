@@ -24,12 +24,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import itertools
 import math
+import os
 import re
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -71,6 +74,8 @@ class Run:
         the recorded call had made earlier and still kept, other than the
         program's own inputs (see :meth:`Recording.held_besides`): with
         :attr:`memory`, what the device held while it ran.
+      lines: the reader's lines its operations were traced from, ``(file, line)``,
+        in the order its traced program holds them (JAX's user frame of each).
     """
 
     order: int
@@ -85,6 +90,7 @@ class Run:
     live: frozenset[str] | None = None
     live_inputs: tuple[bool, ...] | None = None
     held_before: int = 0
+    lines: tuple[tuple[str, int], ...] = ()
 
 
 @dataclasses.dataclass
@@ -97,12 +103,51 @@ class Copy:
         None for host data (a NumPy array, a Python number).
       host: for each value put, the host data itself (None for a ``jax.Array``).
       outputs: the arrays it made.
+      where: the reader's line that asked for it, ``(file, line)``: the innermost
+        frame of the call's stack outside JAX, the libraries and this package
+        (None if there is none).
     """
 
     order: int
     inputs: tuple[int | None, ...]
     host: tuple[Any, ...]
     outputs: tuple[Any, ...]
+    where: tuple[str, int] | None = None
+
+
+@functools.cache
+def _not_the_readers() -> tuple[str, ...]:
+    """Where JAX, jaxlib, this package and the installed libraries live."""
+    import jaxlib  # noqa: PLC0415
+
+    folders = [jax.__file__, jaxlib.__file__, __file__]
+    return (
+        *(str(Path(f).resolve().parent) + os.sep for f in folders),
+        "site-packages",
+        "dist-packages",
+        "<frozen ",
+    )
+
+
+def _readers_line() -> tuple[str, int] | None:
+    """The innermost line of the current stack in the reader's code, ``(file, line)``.
+
+    The reader's code is any file outside JAX, the installed libraries and this
+    package (a solution file, a notebook cell, a script); None if the stack has none.
+
+    Examples:
+      >>> from shard_tutorial.recording import _readers_line
+      >>> _readers_line()[1] > 0  # this doctest's own line
+      True
+    """
+    theirs = _not_the_readers()
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not any(part in name for part in theirs):
+            return name, frame.f_lineno
+        frame = frame.f_back
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -394,12 +439,15 @@ def _current() -> Recording | None:
     return getattr(_ACTIVE, "recording", None)
 
 
-def _primitives(jaxpr: Any) -> tuple[frozenset[str], frozenset[str]]:
-    """The primitive names of a traced program, nested programs included, and their files."""
+def _primitives(
+    jaxpr: Any,
+) -> tuple[frozenset[str], frozenset[str], tuple[tuple[str, int], ...]]:
+    """A traced program's primitive names (nested programs included), files and lines."""
     from jax._src import source_info_util  # noqa: PLC0415
 
     found: set[str] = set()
     files: set[str] = set()
+    lines: dict[tuple[str, int], None] = {}  # in order, once each
     pending: list[Any] = [getattr(jaxpr, "jaxpr", jaxpr)]
     while pending:
         inner = pending.pop()
@@ -408,12 +456,19 @@ def _primitives(jaxpr: Any) -> tuple[frozenset[str], frozenset[str]]:
             frame = source_info_util.user_frame(equation.source_info.traceback)
             if frame is not None:
                 files.add(frame.file_name)
+                # The reader's own line: past a library's (flax's layer) to the code
+                # that called it.
+                theirs = _not_the_readers()
+                for outer in source_info_util.user_frames(equation.source_info.traceback):
+                    if not any(part in outer.file_name for part in theirs):
+                        lines[(outer.file_name, int(outer.start_line))] = None
+                        break
             for value in equation.params.values():
                 for item in value if isinstance(value, list | tuple) else (value,):
                     nested = getattr(item, "jaxpr", item)  # a ClosedJaxpr holds a Jaxpr
                     if hasattr(nested, "eqns"):
                         pending.append(nested)
-    return frozenset(found), frozenset(files)
+    return frozenset(found), frozenset(files), tuple(lines)
 
 
 def _flow(jaxpr: Any, args: Sequence[Any]) -> Flow | None:
@@ -470,9 +525,18 @@ class _Hooks:
         self.put_impl: Callable[..., Any] = dispatch._batched_device_put_impl
         hooks = self
         # What was read of each compiled program once:
-        # (program, text, memory, primitives, files, flow).
+        # (program, text, memory, primitives, files, lines, flow).
         self.programs: dict[
-            int, tuple[Any, str, dict[str, int], frozenset[str], frozenset[str], Flow | None]
+            int,
+            tuple[
+                Any,
+                str,
+                dict[str, int],
+                frozenset[str],
+                frozenset[str],
+                tuple[tuple[str, int], ...],
+                Flow | None,
+            ],
         ] = {}
 
         def run_and_record(*args: Any, jaxpr: Any, **params: Any) -> Any:
@@ -492,7 +556,7 @@ class _Hooks:
                         compiled, text, _memory(compiled), *_primitives(jaxpr), _flow(jaxpr, args)
                     )  # fmt: skip
                     hooks.programs[id(compiled)] = known
-                _, text, memory, primitives, files, flowing = known
+                _, text, memory, primitives, files, lines, flowing = known
                 arrays = [isinstance(a, jax.Array) for a in args]
                 with _LOCK:
                     recording.runs.append(
@@ -509,6 +573,8 @@ class _Hooks:
                             None if flowing is None else flowing.primitives,
                             None if flowing is None else flowing.inputs,
                             others,
+                            # Eager operations trace no line of the reader's: where they ran.
+                            lines or tuple(filter(None, [_readers_line()])),
                         )
                     )
             return result
@@ -528,6 +594,7 @@ class _Hooks:
                                 for x, a in zip(xs, arrays, strict=True)
                             ),
                             tuple(outputs),
+                            _readers_line(),
                         )
                     )
             return outputs
@@ -568,6 +635,7 @@ class _Hooks:
                             (None,) if source is None else (id(source),),
                             (host,) if source is None else (None,),
                             (made,),
+                            _readers_line(),
                         )
                     )
             return made
@@ -584,6 +652,7 @@ class _Hooks:
                             tuple(id(a) for a in arrays),
                             (None,) * len(arrays),
                             (made,),
+                            _readers_line(),
                         )
                     )
             return made
