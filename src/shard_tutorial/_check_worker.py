@@ -496,7 +496,8 @@ def describe_lineage(
             }
         )
     copies = [
-        {"order": c.order, "host": any(h is not None for h in c.host)} for c in lineage.copies
+        {"order": c.order, "host": any(h is not None for h in c.host), "line": _line_of(c)}
+        for c in lineage.copies
     ]
     made_by = [
         None

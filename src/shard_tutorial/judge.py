@@ -336,7 +336,7 @@ def _judge_how(
             if copy is not None and copy.get("host"):
                 return "technique", (
                     "right values, but copied to the devices from the host, where they were "
-                    f"computed (with NumPy or Python): {practises}"
+                    f"computed (with NumPy or Python): {practises}" + _copied_at(copy.get("line"))
                 )
     if not made_by or all(m is None for m in made_by):
         return "technique", (
@@ -350,7 +350,7 @@ def _judge_how(
         return "technique", (
             "right values, but the program calls back into Python on the host for part of "
             f"them (jax.pure_callback or io_callback, returning {', '.join(called_back)}): the "
-            f"devices must compute them; {practises}"
+            f"devices must compute them; {practises}" + _code_lines(considered)
         )
     if technique is None:
         return _judge_one_device(considered, practises)
@@ -427,7 +427,7 @@ def _judge_budget(
             return "budget", (
                 f"right values, but each device sends {sent:,.0f} bytes ({_listed(found)}, "
                 f"counted as ring algorithms send them), where this problem allows "
-                f"{float(limits['sent']):,.0f}: {budget.why}" + _lines(programs)
+                f"{float(limits['sent']):,.0f}: {budget.why}" + _where(programs)
             )
     if "peak" in limits:
         peaks = [int(p.get("memory", {}).get("peak", 0)) for p in programs]
@@ -436,7 +436,7 @@ def _judge_budget(
             return "budget", (
                 f"right values, but one device holds {peak:,} bytes at its peak (XLA's memory "
                 f"analysis of the compiled program), where this problem allows "
-                f"{float(limits['peak']):,.0f}: {budget.why}"
+                f"{float(limits['peak']):,.0f}: {budget.why}" + _where(programs)
             )
     if "held" in limits:
         # What a device held while each program ran: the program's own buffers, and what
@@ -455,7 +455,7 @@ def _judge_budget(
                 f"right values, but one device holds {held:,} bytes while a program runs "
                 f"(its arguments, outputs and temporaries, from XLA's memory analysis{besides}), "
                 f"where this problem allows {float(limits['held']):,.0f}: {budget.why}"
-                + _lines(programs, {"all-gather", "all-to-all", "collective-permute"})
+                + _where(programs, {"all-gather", "all-to-all", "collective-permute"})
             )
     return None
 
