@@ -112,6 +112,7 @@ ON_A_CLUSTER = {
     "shard_map_vs_vmap": "right_jit",
     "tensor_parallel_mlp": "right_jit",
     "zero_adam_step": "right_jit_pcast",
+    "pipeline_train_step": "right_jit_scan_hand_backward",
 }
 
 

@@ -19,7 +19,7 @@ Examples:
    'data_parallel_sgd_step', 'fsdp_sgd_step', 'tensor_parallel_mlp',
    'nnx_data_parallel_step', 'collective_matmul_all_gather',
    'collective_matmul_reduce_scatter', 'expert_parallel_moe', 'pipeline_forward',
-   'ring_attention', 'zero_adam_step']
+   'ring_attention', 'zero_adam_step', 'pipeline_train_step']
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ _LAZY = {
     "ring_attention": "shard_tutorial.problems.ring_attention",
     # Part VI, training at scale:
     "zero_adam_step": "shard_tutorial.problems.zero_adam_step",
+    "pipeline_train_step": "shard_tutorial.problems.pipeline_train_step",
 }
 
 __all__ = [
@@ -111,6 +112,7 @@ __all__ = [
     "usable_device_count",
     "use_cpu_devices",
     "zero_adam_step",
+    "pipeline_train_step",
 ]
 
 
@@ -168,3 +170,4 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from shard_tutorial.problems.shard_map_vs_vmap import shard_map_vs_vmap
     from shard_tutorial.problems.tensor_parallel_mlp import tensor_parallel_mlp
     from shard_tutorial.problems.zero_adam_step import zero_adam_step
+    from shard_tutorial.problems.pipeline_train_step import pipeline_train_step

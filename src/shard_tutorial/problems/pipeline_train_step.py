@@ -1,0 +1,576 @@
+"""Problem "Pipeline-parallel training step": the 1F1B schedule, forward and backward.
+
+Part V's pipeline ran the forward pass alone. Training runs each microbatch's
+backward pass too, through the stages in reverse: the gradient of the loss with
+respect to a stage's output goes from stage ``s + 1`` back to stage ``s``
+(:func:`jax.lax.ppermute` the other way), and each stage adds up the gradient of its
+own layers, which never leave it. A backward step needs what its forward step saw,
+so a stage keeps each microbatch's activations from its forward to its backward.
+GPipe runs every forward, then every backward: a stage keeps all ``M``
+microbatches' activations at once. 1F1B (PipeDream-Flush, Narayanan et al., 2019
+and 2021) starts a microbatch's backward as soon as it can: once its pipeline is
+full, a stage alternates one forward and one backward, so it keeps at most ``n``
+microbatches, whatever ``M``; the bubble is GPipe's.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from shard_tutorial.meshes import axis_mesh, place, usable_device_count
+from shard_tutorial.pipeline_schedules import schedule
+from shard_tutorial.problem import Budget, Case, Forbidden, Placement, Problem, Technique, precise
+from shard_tutorial.problems._blocks import device_counts
+from shard_tutorial.validation import check_array, check_floating
+
+__all__ = ["PROBLEM", "oracle", "pipeline_train_step", "tick_tables", "unsharded"]
+
+
+def pipeline_train_step(x: jax.Array, y: jax.Array, w: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The loss of a deep tanh network and its gradient, pipelined over ``"stage"`` with 1F1B.
+
+    Each microbatch ``x[m]`` goes through ``h = tanh(h @ w[l])`` for ``l = 0 ..
+    L - 1``, and the loss is ``mean((h_L - y) ** 2)`` over every microbatch, row
+    and column. The mesh is ``axis_mesh("stage", L)``: ``n`` stages, the most
+    devices (up to 8) that divide ``L``, each holding ``L / n`` consecutive layers
+    (``w`` split as ``P("stage")``). The step returns the loss and ``jax.grad`` of
+    it with respect to ``w``.
+
+    This problem practises pipeline-parallel training with ``jax.shard_map`` and
+    the 1F1B schedule: activations go forward and their gradients back between
+    neighbouring stages with ``jax.lax.ppermute``, a stage's layers and their
+    gradients never leave it, and once its pipeline is full a stage alternates one
+    forward and one backward, so it keeps what the backward steps need of at most
+    ``n`` microbatches at once, not ``M``. The checker reads, from XLA's memory
+    analysis of every program of the call and the arrays the call keeps between
+    them, the most bytes a device holds, and allows ``x``, ``y``, the stage's
+    layers and their gradient, a schedule of ``2 (M + n - 1)`` ticks, and ``n + 1``
+    microbatches' activations (one (B, D) per layer of the stage and one more):
+    an answer that keeps every microbatch's activations (GPipe's order, every
+    forward then every backward) holds more from ``M = 4n`` on. Keep them in ``n``
+    slots (microbatch ``m`` in slot ``m % n``), not ``M``.
+
+    How the arguments arrive: placed on the Explicit mesh ``axis_mesh("stage",
+    L)``, ``x`` and ``y`` replicated (``P()``), ``w`` split by layers
+    (``P("stage")``).
+
+    Args:
+      x: the inputs, shape (M, B, D): M >= 1 microbatches of B >= 1 rows of D >= 1
+        features, floating-point.
+      y: the targets, shape (M, B, D), floating-point.
+      w: the layers, shape (L, D, D), L >= 1, floating-point.
+
+    Returns:
+      ``(loss, grad)``: the loss, a scalar every stage holds (``P()``), and its
+      gradient with respect to ``w``, shape (L, D, D), split like ``w``
+      (``P("stage")``); both in the dtype of ``tanh(x @ w[0]) - y``.
+
+    Raises:
+      TypeError: for a non-array, or numbers that are not floating-point.
+      ValueError: for a wrong rank, an empty size, or shapes that do not fit
+        together.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from shard_tutorial import pipeline_train_step
+      >>> x = jnp.array([[[0.5, -1.0]], [[2.0, 0.0]]])  # 2 microbatches of 1 row
+      >>> y = jnp.zeros((2, 1, 2))
+      >>> w = jnp.array([[[1.0, 0.0], [0.0, 1.0]], [[0.0, 1.0], [1.0, 0.0]]])
+      >>> loss, grad = pipeline_train_step(x, y, w)
+      >>> loss
+      Array(0.2284..., dtype=float32)
+      >>> grad.shape, grad.sharding.spec
+      ((2, 2, 2), PartitionSpec('stage',))
+    """
+    _check_inputs(x, y, w)
+    dtype = jnp.result_type(x, y, w)
+    traced = any(isinstance(a, jax.core.Tracer) for a in (x, y, w))
+    mesh = axis_mesh("stage", w.shape[0], traced=traced)
+    x, y = place((jnp.asarray(x, dtype), jnp.asarray(y, dtype)), NamedSharding(mesh, P()))
+    w = place(jnp.asarray(w, dtype), NamedSharding(mesh, P("stage")))  # L / n layers each
+    forward, backward = tick_tables(mesh.shape["stage"], x.shape[0])
+    return _step(mesh)(x, y, w, jnp.asarray(forward), jnp.asarray(backward))
+
+
+def tick_tables(stages: int, microbatches: int) -> tuple[np.ndarray, np.ndarray]:
+    """The 1F1B schedule as two tables: which microbatch each stage runs forward and back.
+
+    Worked out by :func:`shard_tutorial.pipeline_schedules.schedule` (each step
+    one tick, a stage's steps in 1F1B's order, each as soon as its input is
+    ready), over ``2 (M + n - 1)`` ticks.
+
+    Args:
+      stages: ``n`` >= 1.
+      microbatches: ``M`` >= 1.
+
+    Returns:
+      ``(forward, backward)``, int32 arrays of shape (ticks, stages): the
+      microbatch stage ``s`` runs forward (backward) at tick ``t``, or -1.
+
+    Examples:
+      >>> from shard_tutorial.problems.pipeline_train_step import tick_tables
+      >>> forward, backward = tick_tables(2, 2)
+      >>> forward.T.tolist()
+      [[0, 1, -1, -1, -1, -1], [-1, 0, -1, 1, -1, -1]]
+      >>> backward.T.tolist()
+      [[-1, -1, -1, 0, -1, 1], [-1, -1, 0, -1, 1, -1]]
+    """
+    plan = schedule("1f1b", stages, microbatches)
+    forward = np.full((plan.span, stages), -1, np.int32)
+    backward = np.full((plan.span, stages), -1, np.int32)
+    for step in plan.steps:
+        table = forward if step.kind == "F" else backward
+        table[step.start, step.device] = step.microbatch
+    return forward, backward
+
+
+def _layers(h: jax.Array, w_block: jax.Array) -> jax.Array:
+    """This stage's layers, in order: ``h = tanh(h @ w)`` for each of its ``L / n``."""
+    for w in w_block:  # a few layers: unrolled
+        h = jnp.tanh(h @ w)
+    return h
+
+
+def _stage(
+    x: jax.Array, y: jax.Array, w_block: jax.Array, forward: jax.Array, backward: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """One stage: the 1F1B ticks, then the last stage's loss to every stage.
+
+    Slot ``m % n`` of ``inputs`` holds microbatch ``m``'s input to this stage from
+    its arrival to its backward step (which recomputes the stage's layers from it,
+    with ``jax.vjp``); slot ``m % n`` of ``grads_in`` the gradient of its output,
+    from its arrival to the same step. At most ``n`` microbatches are between
+    their forward and backward on a stage, and they are consecutive, so ``n``
+    slots hold them.
+    """
+    stage = jax.lax.axis_index("stage")
+    n = forward.shape[1]
+    last = n - 1
+    scale = 2.0 / x.size  # d mean((h - y) ** 2) / dh = 2 (h - y) / (M B D)
+    to_next = [(i, i + 1) for i in range(n - 1)]  # activations: stage i to i + 1
+    to_prev = [(i + 1, i) for i in range(n - 1)]  # their gradients: i + 1 back to i
+    # Each stage's own values (varying over "stage", as the ticks make them).
+    slots, loss = jax.lax.pcast(
+        (jnp.zeros((n, *x.shape[1:]), x.dtype), jnp.zeros((), x.dtype)), "stage", to="varying"
+    )
+    carry = (slots, slots, jnp.zeros_like(w_block), loss)
+
+    def tick(carry: Any, table: Any) -> tuple[Any, None]:
+        inputs, grads_in, grad, loss = carry
+        f_row, b_row = table
+        f, b = f_row[stage], b_row[stage]
+        # Forward: stage 0 reads x, the others what arrived from the stage before.
+        fm = jnp.maximum(f, 0)
+        h = jnp.where(stage == 0, x[fm], inputs[fm % n])
+        inputs = jnp.where(f >= 0, inputs.at[fm % n].set(h), inputs)
+        out = _layers(h, w_block)
+        # Backward: recompute the stage from its saved input, pull the output's gradient
+        # back (from the loss on the last stage, from the stage after on the others).
+        bm = jnp.maximum(b, 0)
+        out_b, pull = jax.vjp(_layers, inputs[bm % n], w_block)
+        error = out_b - y[bm]
+        g_out = jnp.where(stage == last, scale * error, grads_in[bm % n])
+        dh, dw = pull(g_out)
+        doing = b >= 0
+        grad = grad + jnp.where(doing, dw, 0)
+        loss = loss + jnp.where(doing & (stage == last), jnp.sum(error**2) / x.size, 0)
+        # Send: the activation on, its gradient back; each kept in the slot of its
+        # microbatch, as the sender's row of the table names it.
+        if n > 1:
+            arrived = jax.lax.ppermute(out, "stage", to_next)
+            came_back = jax.lax.ppermute(dh, "stage", to_prev)
+            sent_f = f_row[jnp.maximum(stage - 1, 0)]
+            sent_b = b_row[jnp.minimum(stage + 1, last)]
+            keep_f = (stage > 0) & (sent_f >= 0)
+            keep_b = (stage < last) & (sent_b >= 0)
+            inputs = jnp.where(keep_f, inputs.at[jnp.maximum(sent_f, 0) % n].set(arrived), inputs)
+            grads_in = jnp.where(
+                keep_b, grads_in.at[jnp.maximum(sent_b, 0) % n].set(came_back), grads_in
+            )
+        return (inputs, grads_in, grad, loss), None
+
+    (_, _, grad, loss), _ = jax.lax.scan(tick, carry, (forward, backward))
+    return jax.lax.psum(loss, "stage"), grad  # the loss was added up on the last stage only
+
+
+@functools.cache
+def _step(mesh: Mesh) -> Callable[..., tuple[jax.Array, jax.Array]]:
+    """Build, once per mesh, the compiled 1F1B step."""
+    return jax.jit(
+        jax.shard_map(
+            _stage,
+            mesh=mesh,
+            in_specs=(P(), P(), P("stage"), P(), P()),  # x, y whole; w's layers split
+            out_specs=(P(), P("stage")),  # the loss on every stage; grad split like w
+        )
+    )
+
+
+def _check_inputs(x: object, y: object, w: object) -> None:
+    """Raise unless ``x``, ``y`` and ``w`` are floating-point arrays that fit together.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from shard_tutorial.problems.pipeline_train_step import _check_inputs
+      >>> _check_inputs(jnp.ones((2, 1, 3)), jnp.ones((2, 1, 3)), jnp.ones((4, 3, 3)))
+      >>> _check_inputs(jnp.ones((2, 1, 3)), jnp.ones((2, 1, 2)), jnp.ones((4, 3, 3)))
+      Traceback (most recent call last):
+      ...
+      ValueError: y must have x's shape (M, B, D) = (2, 1, 3), got (2, 1, 2)
+    """
+    check_array(x, "x", ndim=3, layout="of shape (M, B, D)")
+    check_array(y, "y", ndim=3, layout="of shape (M, B, D)")
+    check_array(w, "w", ndim=3, layout="of shape (L, D, D)")
+    for value, name in ((x, "x"), (y, "y"), (w, "w")):
+        check_floating(value, name)  # type: ignore[arg-type]
+    (m, b, d), (layers, d_in, d_out) = np.shape(x), np.shape(w)
+    if min(m, b, d) < 1:
+        msg = f"x must have at least one microbatch, row and feature, got shape {(m, b, d)}"
+        raise ValueError(msg)
+    if np.shape(y) != (m, b, d):
+        msg = f"y must have x's shape (M, B, D) = {(m, b, d)}, got {np.shape(y)}"
+        raise ValueError(msg)
+    if layers < 1:
+        msg = f"w must have at least one layer, got shape {(layers, d_in, d_out)}"
+        raise ValueError(msg)
+    if (d_in, d_out) != (d, d):
+        msg = (
+            f"each layer of w must be (D, D) = ({d}, {d}) to fit x's {d} features, "
+            f"got w of shape {(layers, d_in, d_out)}"
+        )
+        raise ValueError(msg)
+
+
+def unsharded(x: jax.Array, y: jax.Array, w: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The same step in plain ``jax.numpy`` on one device: ``jax.value_and_grad``.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from shard_tutorial.problems.pipeline_train_step import unsharded
+      >>> loss, grad = unsharded(jnp.ones((1, 1, 1)), jnp.zeros((1, 1, 1)), jnp.zeros((1, 1, 1)))
+      >>> float(loss), grad.tolist()  # tanh(0) = 0: loss 0, and dloss/dw = 2 * 0 * 1 * 1
+      (0.0, [[[0.0]]])
+    """
+    dtype = jnp.result_type(x, y, w)
+    x, y = jnp.asarray(x, dtype), jnp.asarray(y, dtype)
+
+    def loss(w: jax.Array) -> jax.Array:
+        return jnp.mean((_layers(x, w) - y) ** 2)
+
+    return jax.value_and_grad(loss)(jnp.asarray(w, dtype))
+
+
+def oracle(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The loss and its gradient in NumPy at 64 bits, the backward pass derived by hand.
+
+    Forward ``h[l + 1] = tanh(h[l] @ w[l])``; backward from ``g = 2 (h[L] - y) /
+    size``: ``p = g * (1 - h[l + 1] ** 2)``, ``dw[l] = sum over rows of h[l].T @ p``,
+    ``g = p @ w[l].T``.
+
+    Examples:
+      >>> import numpy as np
+      >>> from shard_tutorial.problems.pipeline_train_step import oracle
+      >>> loss, grad = oracle(np.ones((1, 1, 1)), np.zeros((1, 1, 1)), np.full((1, 1, 1), 0.5))
+      >>> round(float(loss), 6), grad.round(6).tolist()  # tanh(.5) ** 2; 2 tanh(.5) (1 - tanh(.5) ** 2)
+      (0.213473, [[[0.72553]]])
+    """
+    x, y, w = precise(x), precise(y), precise(w)
+    hs = [x]
+    for layer in w:
+        hs.append(np.tanh(hs[-1] @ layer))
+    error = hs[-1] - y
+    loss = np.mean(error**2)
+    g = 2.0 * error / error.size
+    grad = np.zeros_like(w)
+    for layer in range(len(w) - 1, -1, -1):
+        p = g * (1.0 - hs[layer + 1] ** 2)
+        grad[layer] = np.einsum("mbi,mbj->ij", hs[layer], p)
+        g = p @ w[layer].T
+    return np.asarray(loss), grad
+
+
+def _stages(case: Case, devices: int = 8) -> int:
+    """How many stages the contract's mesh has for ``case``."""
+    return usable_device_count(int(np.shape(case.args[2])[0]), devices)
+
+
+def _explain(
+    case: Case, expected: tuple[np.ndarray, np.ndarray], received: tuple[np.ndarray, np.ndarray]
+) -> str | None:
+    """Recognise the classic mistakes of a pipelined training step in a wrong ``(loss, grad)``.
+
+    - the loss (and its gradient) ``M`` times too large, or of one microbatch
+      only: the mean taken over a microbatch, not over every microbatch, row
+      and column;
+    - each stage's block of ``grad`` the sum of every stage's blocks: the
+      gradients all-reduced (``psum``) over ``"stage"``;
+    - only the last stage's layers with a gradient, or the other stages' wrong:
+      the gradient of the activations sent to the wrong neighbour (or not at all).
+
+    Examples:
+      >>> import numpy as np
+      >>> from shard_tutorial.problem import Case
+      >>> from shard_tutorial.problems.pipeline_train_step import _explain, oracle
+      >>> rng = np.random.default_rng(0)
+      >>> x, y, w = rng.normal(size=(4, 1, 2)), rng.normal(size=(4, 1, 2)), rng.normal(size=(2, 2, 2))
+      >>> loss, grad = oracle(x, y, w)
+      >>> print(_explain(Case("c", (x, y, w)), (loss, grad), (4 * loss, 4 * grad)))
+      The loss and its gradient are 4 times too large...
+    """
+    x, y, w = (precise(a) for a in case.args)
+    want_loss, want_grad = (precise(e) for e in expected)
+    got_loss, got_grad = (precise(r) for r in received)
+    if got_grad.shape != want_grad.shape or got_loss.shape != ():
+        return None
+
+    def close(a: np.ndarray, b: np.ndarray) -> bool:
+        return bool(np.allclose(a, b, rtol=1e-3, atol=1e-6 + 1e-4 * np.abs(b).max(initial=0)))
+
+    microbatches, layers = x.shape[0], w.shape[0]
+    if microbatches > 1 and close(got_loss, microbatches * want_loss):
+        return (
+            f"The loss and its gradient are {microbatches} times too large: each microbatch's "
+            "mean was added up over the M microbatches. The loss is the mean over every "
+            "microbatch, row and column: divide each microbatch's sum of squares by M * B * D"
+        )
+    for m in range(microbatches if microbatches > 1 else 0):
+        one, _ = oracle(x[m : m + 1], y[m : m + 1], w)
+        if close(got_loss, one):
+            return (
+                f"The loss is that of microbatch {m} alone: the loss is the mean over every "
+                "microbatch, row and column, each microbatch adding its sum of squares / "
+                "(M * B * D) on the last stage"
+            )
+    if not close(got_loss, want_loss):
+        return None
+    for stages in device_counts(layers):
+        blocks = want_grad.reshape(stages, layers // stages, *want_grad.shape[1:])
+        summed = np.broadcast_to(blocks.sum(axis=0), blocks.shape).reshape(want_grad.shape)
+        if close(got_grad, summed) and not close(summed, want_grad):
+            return (
+                f"Every stage's block of grad is the sum of the {stages} stages' blocks: the "
+                'gradients were all-reduced (psum over "stage"). A stage\'s layers and their '
+                "gradients never leave it: each stage returns the gradient of its own layers"
+            )
+        per = layers // stages
+        tail_right = close(got_grad[layers - per :], want_grad[layers - per :])
+        if tail_right and not close(got_grad[: layers - per], want_grad[: layers - per]):
+            return (
+                f"The last stage's {per} layer{'s' if per > 1 else ''} have the right gradient, "
+                "the others not: the gradient of the activations did not reach the stages "
+                "before. Each stage sends the gradient of its input back to the stage before "
+                "it (jax.lax.ppermute, perm=[(i + 1, i), ...]), the other way from the "
+                "activations"
+            )
+    return None
+
+
+def _case(
+    rng: np.random.Generator, label: str, microbatches: int, rows: int, d: int, layers: int
+) -> Case:
+    x = rng.normal(size=(microbatches, rows, d)).astype(np.float32)
+    y = rng.normal(size=(microbatches, rows, d)).astype(np.float32)
+    # Scaled so that tanh stays away from saturation through every layer.
+    w = (rng.normal(size=(layers, d, d)) * 1.2 / np.sqrt(d)).astype(np.float32)
+    return Case(label, (x, y, w))
+
+
+def _generate(rng: np.random.Generator) -> Case:
+    """One random case: 1 to 8 microbatches, up to 16 layers, small B and D.
+
+    Examples:
+      >>> import numpy as np
+      >>> from shard_tutorial.problems.pipeline_train_step import _generate
+      >>> print(_generate(np.random.default_rng(1)).label)
+      random: M=5, B=3, D=...
+    """
+    microbatches, rows = int(rng.integers(1, 9)), int(rng.integers(1, 4))
+    d, layers = int(rng.integers(1, 6)), int(rng.integers(1, 17))
+    label = f"random: M={microbatches}, B={rows}, D={d}, L={layers}"
+    return _case(rng, label, microbatches, rows, d, layers)
+
+
+def _cases() -> list[Case]:
+    rng = np.random.default_rng(20261128)
+
+    def case(label: str, microbatches: int, rows: int, d: int, layers: int) -> Case:
+        return _case(rng, label, microbatches, rows, d, layers)
+
+    example = Case(
+        "example from the problem statement",
+        (
+            np.array([[[0.5, -1.0]], [[2.0, 0.0]]], np.float32),
+            np.zeros((2, 1, 2), np.float32),
+            np.array([[[1.0, 0.0], [0.0, 1.0]], [[0.0, 1.0], [1.0, 0.0]]], np.float32),
+        ),
+    )
+    # The held budget shows on the last cases, M = 4n: GPipe keeps 4n microbatches'
+    # activations on a stage, 1F1B at most n.
+    return [
+        example,
+        case("M=1, L=8: one microbatch through 8 stages and back", 1, 2, 3, 8),
+        case("M=3, L=8: fewer microbatches than stages", 3, 2, 4, 8),
+        case("L=1: one stage, no pipeline", 3, 2, 3, 1),
+        case("L=6, M=2: 6 stages of 8 devices", 2, 1, 3, 6),
+        case("M=8, L=16: 8 stages of 2 layers", 8, 2, 4, 16),
+        case("M=16, L=4: M = 4n on 4 stages of 1 layer", 16, 8, 16, 4),
+        case("M=32, L=8: M = 4n on 8 stages of 1 layer", 32, 8, 16, 8),
+    ]
+
+
+def _arrange(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The arguments as the contract says they arrive: ``x``, ``y`` whole, ``w`` by layers."""
+    x, y, w = args
+    mesh = axis_mesh("stage", w.shape[0])
+    return (*place((x, y), NamedSharding(mesh, P())), place(w, NamedSharding(mesh, P("stage"))))
+
+
+def _mesh(args: tuple[Any, ...], devices: int) -> tuple[int, ...]:
+    """The contract's mesh: ``axis_mesh("stage", L)``, the most devices that divide ``L``."""
+    return (usable_device_count(int(np.shape(args[2])[0]), devices),)
+
+
+def _w_block(args: tuple[Any, ...]) -> int:
+    """The bytes of one stage's block of ``w`` (or of its gradient): a collective that
+    moves that much moves layers, or their gradients, off their stage.
+
+    Examples:
+      >>> import jax, numpy as np
+      >>> from shard_tutorial.problems.pipeline_train_step import _w_block
+      >>> x, w = np.ones((2, 1, 4), np.float32), np.ones((8, 4, 4), np.float32)
+      >>> _w_block((x, x, w)) == 8 // min(8, jax.device_count()) * 64
+      True
+    """
+    x, y, w = args
+    n = usable_device_count(int(np.shape(w)[0]), jax.device_count())
+    itemsize = np.dtype(jnp.result_type(x.dtype, y.dtype, w.dtype)).itemsize
+    return max(int(np.size(w)) // n * itemsize, 2 * itemsize)  # more than the loss's psum
+
+
+TECHNIQUE = Technique(
+    collectives=(("collective-permute",),),
+    forbidden=(
+        Forbidden(
+            "all-gather",
+            "a stage's layers never leave it: the activations travel from stage to stage "
+            "(ppermute), not the weights",
+            at_least=_w_block,
+        ),
+        Forbidden(
+            "all-reduce",
+            "a stage's gradients never leave it: each stage returns the gradient of its own "
+            'layers, split over "stage" like w (only the loss, one number, is psummed)',
+            at_least=_w_block,
+        ),
+    ),
+    axis="stage",
+)
+"""What a solution must do besides computing the right values."""
+
+
+SLOTS = 1
+"""Microbatches' activations the budget allows beyond ``n`` (one in flight)."""
+
+OVERHEAD = 6
+"""Copies of a stage's block of ``w`` the budget allows: the block, its gradient, the
+sums and the temporaries of a backward step."""
+
+
+def _limits(args: tuple[Any, ...]) -> dict[str, float]:
+    """The most a device may hold: ``x``, ``y``, its layers, a schedule and ``n + 1`` microbatches.
+
+    ``x`` and ``y`` whole (every stage may read them); ``OVERHEAD`` copies of the
+    stage's block of ``w`` (the block, its gradient and the temporaries of a
+    backward step); two int32 tables of ``2 (M + n - 1)`` ticks by ``n`` stages
+    (the schedule); and for ``n + SLOTS`` microbatches, two sets of ``L / n + 1``
+    activations of (B, D) (each layer's input and the stage's output, and the
+    gradients that arrive), with as many again for one tick's temporaries.
+    Keeping every microbatch's activations (GPipe's order) holds more from
+    ``M = 4n`` on. Stated on several devices only (one has nothing to split).
+
+    Examples:
+      >>> import jax, numpy as np
+      >>> from shard_tutorial.problems.pipeline_train_step import _limits
+      >>> x, w = np.ones((32, 8, 16), np.float32), np.ones((8, 16, 16), np.float32)
+      >>> limits = _limits((x, x, w))
+      >>> jax.device_count() == 1 or limits["held"] == 2 * 16384 + 6 * 1024 + 2 * 78 * 8 * 4 + 2 * 9 * 2 * 512 + 2 * 2 * 512
+      True
+    """
+    x, y, w = args
+    n = usable_device_count(int(np.shape(w)[0]), jax.device_count())
+    if n == 1:
+        return {}
+    microbatches, rows, d = np.shape(x)
+    itemsize = np.dtype(jnp.result_type(x.dtype, y.dtype, w.dtype)).itemsize
+    per_stage = int(np.shape(w)[0]) // n
+    activation = rows * d * itemsize
+    ticks = 2 * (microbatches + n - 1)
+    held = (
+        2 * int(np.size(x)) * itemsize
+        + OVERHEAD * per_stage * d * d * itemsize
+        + 2 * ticks * n * 4
+        + 2 * (n + SLOTS) * (per_stage + 1) * activation
+        + 2 * (per_stage + 1) * activation
+    )
+    return {"held": held}
+
+
+BUDGET = Budget(
+    _limits,
+    "1F1B keeps what the backward steps need of at most n microbatches on a stage (in n "
+    "slots, microbatch m in slot m % n), besides x, y, its layers and a schedule; keeping "
+    "every microbatch's activations until the backward passes start (GPipe's order) holds "
+    "M of them",
+)
+"""What a device may hold."""
+
+
+def _refusals() -> list[Case]:
+    """One input per clause of the statement's "Raises" section, with the error it names."""
+    x, w = np.ones((2, 2, 3), np.float32), np.ones((2, 3, 3), np.float32)
+    return [
+        Case("x a list, not an array", (x.tolist(), x, w), raises="TypeError"),
+        Case("int32 y: not floating-point", (x, x.astype(np.int32), w), raises="TypeError"),
+        Case("a 2-D x", (x[0], x, w), raises="ValueError"),
+        Case("no microbatches (M = 0)", (x[:0], x[:0], w), raises="ValueError"),
+        Case("y of another shape than x", (x, x[:1], w), raises="ValueError"),
+        Case("layers of 2 x 2, x of 3 features", (x, x, w[:, :2, :2]), raises="ValueError"),
+    ]
+
+
+PROBLEM = Problem(
+    name="pipeline_train_step",
+    title="Pipeline-parallel training step",
+    reference=pipeline_train_step,
+    oracle=oracle,
+    make_cases=_cases,
+    unsharded=unsharded,
+    rtol=1e-4,
+    atol=1e-6,  # float32 through up to 16 layers and back, sums of M * B products
+    explain=_explain,
+    generate=_generate,
+    imports=(
+        "import jax",
+        "import jax.numpy as jnp",
+        "from jax.sharding import NamedSharding",
+        "from jax.sharding import PartitionSpec as P",
+        "",
+        'from shard_tutorial import axis_mesh  # axis_mesh("stage", L): the stages',
+    ),
+    technique=TECHNIQUE,
+    mesh=_mesh,
+    placement=(Placement(axis=None, spec="P()"), Placement(axis=0, spec='P("stage")')),
+    make_refusals=_refusals,
+    folder="scale",
+    outputs=("loss", "grad"),
+    arrange=_arrange,
+    budget=BUDGET,
+)
