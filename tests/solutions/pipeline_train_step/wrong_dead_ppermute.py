@@ -1,9 +1,10 @@
-"""Shortcut: jax.value_and_grad of the whole network under jax.jit, w split over "stage"
-as it arrived (XLA partitions it as it likes), plus a shard_map ppermute whose result
-is multiplied by 0: the collective is there, but what it computes never reaches the answer."""
+"""Shortcut: jax.value_and_grad of the whole network under jax.jit on a copy of w on every
+device, plus a shard_map ppermute of w's blocks whose result is multiplied by 0: the
+collective is there, but what it computes never reaches the answer."""
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shard_tutorial import axis_mesh
@@ -37,8 +38,8 @@ def pipeline_train_step(x, y, w):
         mesh=mesh, in_specs=P("stage"), out_specs=P("stage"))
 
     @jax.jit
-    def step(w):
-        value, grad = jax.value_and_grad(loss)(w)
+    def step(w_all, w):
+        value, grad = jax.value_and_grad(loss)(w_all)
         return value, grad + 0 * hop(w)
 
-    return step(w)
+    return step(jax.device_put(w, NamedSharding(mesh, P())), w)
