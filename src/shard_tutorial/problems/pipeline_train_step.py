@@ -26,12 +26,19 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shard_tutorial.meshes import axis_mesh, place, usable_device_count
-from shard_tutorial.pipeline_schedules import schedule
+from shard_tutorial.pipeline_schedules import Schedule, Step, schedule
 from shard_tutorial.problem import Budget, Case, Forbidden, Placement, Problem, Technique, precise
 from shard_tutorial.problems._blocks import device_counts
 from shard_tutorial.validation import check_array, check_floating
 
-__all__ = ["PROBLEM", "oracle", "pipeline_train_step", "tick_tables", "unsharded"]
+__all__ = [
+    "PROBLEM",
+    "oracle",
+    "pipeline_train_step",
+    "scheduled_train_step",
+    "tick_tables",
+    "unsharded",
+]
 
 
 def pipeline_train_step(x: jax.Array, y: jax.Array, w: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -96,40 +103,144 @@ def pipeline_train_step(x: jax.Array, y: jax.Array, w: jax.Array) -> tuple[jax.A
     mesh = axis_mesh("stage", w.shape[0], traced=traced)
     x, y = place((jnp.asarray(x, dtype), jnp.asarray(y, dtype)), NamedSharding(mesh, P()))
     w = place(jnp.asarray(w, dtype), NamedSharding(mesh, P("stage")))  # L / n layers each
-    forward, backward = tick_tables(mesh.shape["stage"], x.shape[0])
-    return _step(mesh)(x, y, w, jnp.asarray(forward), jnp.asarray(backward))
+    forward, backward, slots = tick_tables(mesh.shape["stage"], x.shape[0])
+    return _step(mesh, slots)(x, y, w, jnp.asarray(forward), jnp.asarray(backward))
 
 
-def tick_tables(stages: int, microbatches: int) -> tuple[np.ndarray, np.ndarray]:
-    """The 1F1B schedule as two tables: which microbatch each stage runs forward and back.
+def scheduled_train_step(
+    x: jax.Array, y: jax.Array, w: jax.Array, kind: str = "1f1b", chunks: int = 1
+) -> tuple[jax.Array, np.ndarray, Schedule, Callable[[], Any]]:
+    """:func:`pipeline_train_step` on any of the classic schedules, and what each device ran.
 
-    Worked out by :func:`shard_tutorial.pipeline_schedules.schedule` (each step
-    one tick, a stage's steps in 1F1B's order, each as soon as its input is
-    ready), over ``2 (M + n - 1)`` ticks.
+    The same program as the reference's, with the tables of ``kind``
+    (:func:`tick_tables`) and as many slots as that schedule keeps alive; each
+    device also returns, per tick, the entries of the tables it ran, so the
+    schedule is read from the program that ran. With ``chunks`` = ``v`` > 1
+    (``"interleaved"``), device ``d`` holds the ``v`` chunks of layers of the
+    virtual stages ``d, d + n, ...`` (``L / (n v)`` layers each).
 
     Args:
-      stages: ``n`` >= 1.
-      microbatches: ``M`` >= 1.
+      x: the inputs, shape (M, B, D).
+      y: the targets, shape (M, B, D).
+      w: the layers, shape (L, D, D); ``n v`` must divide ``L``.
+      kind: ``"gpipe"``, ``"1f1b"`` or ``"interleaved"``.
+      chunks: ``v``, for ``"interleaved"``.
 
     Returns:
-      ``(forward, backward)``, int32 arrays of shape (ticks, stages): the
-      microbatch stage ``s`` runs forward (backward) at tick ``t``, or -1.
+      ``(loss, grad, executed, compiled)``: the loss, its gradient (a NumPy
+      array, in ``w``'s order of layers), the :class:`~shard_tutorial.pipeline_schedules.Schedule`
+      the devices ran, and a function that returns the compiled program (its
+      ``memory_analysis()`` says what a device holds).
+
+    Examples:
+      On 8 devices, 4 layers on 4 stages, 4 microbatches:
+
+      >>> import jax.numpy as jnp
+      >>> from shard_tutorial.problems.pipeline_train_step import scheduled_train_step
+      >>> x = jnp.ones((4, 1, 2))
+      >>> *_, gpipe, _ = scheduled_train_step(x, x / 2, jnp.ones((4, 2, 2)) / 2, "gpipe")
+      >>> gpipe.name, gpipe.span, gpipe.activations().tolist()
+      ('GPipe (executed)', 14, [4.0, 4.0, 4.0, 4.0])
+    """
+    _check_inputs(x, y, w)
+    dtype = jnp.result_type(x, y, w)
+    layers = w.shape[0]
+    mesh = axis_mesh("stage", layers)
+    n = mesh.shape["stage"]
+    if layers % (n * chunks):
+        msg = f"{n} stages of {chunks} chunks must divide the {layers} layers of w"
+        raise ValueError(msg)
+    forward, backward, slots = tick_tables(n, x.shape[0], kind, chunks)
+    # Device d's rows of w: its chunks' layers, the virtual stages d, d + n, ... in order.
+    per = layers // (n * chunks)
+    order = np.array(
+        [(c * n + d) * per + j for d in range(n) for c in range(chunks) for j in range(per)]
+    )
+    x, y = place((jnp.asarray(x, dtype), jnp.asarray(y, dtype)), NamedSharding(mesh, P()))
+    w = place(np.asarray(w).astype(dtype)[order], NamedSharding(mesh, P("stage")))
+    args = (x, y, w, jnp.asarray(forward), jnp.asarray(backward))
+    program = _step(mesh, slots, chunks, record=True)
+    loss, grad, ran = program(*args)
+    grad = np.asarray(grad)[np.argsort(order)]  # back in w's order
+    ran = np.asarray(ran)  # (devices, ticks, 2): forward and backward entries
+    steps = tuple(
+        Step(d, t, kind_, int(e) // chunks, int(e) % chunks)
+        for d in range(n)
+        for t in range(ran.shape[1])
+        for kind_, e in (("F", ran[d, t, 0]), ("B", ran[d, t, 1]))
+        if e >= 0
+    )
+    names = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": f"interleaved 1F1B (v={chunks})"}
+    executed = Schedule(f"{names[kind]} (executed)", n, x.shape[0], chunks, steps)
+    return loss, grad, executed, lambda: program.lower(*args).compile()
+
+
+def tick_tables(
+    stages: int, microbatches: int, kind: str = "1f1b", chunks: int = 1
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """A pipeline schedule as two tables, and the slots that hold what it keeps.
+
+    Worked out by :func:`shard_tutorial.pipeline_schedules.schedule` (each step
+    one tick, a device's steps in the schedule's order, each as soon as its input
+    is ready).
+
+    Args:
+      stages: ``n`` >= 1 devices.
+      microbatches: ``M`` >= 1.
+      kind: ``"gpipe"``, ``"1f1b"`` or ``"interleaved"``.
+      chunks: chunks of layers per device, ``v`` (interleaved: 2 or more).
+
+    Returns:
+      ``(forward, backward, slots)``: int32 arrays of shape (ticks, stages),
+      ``m * v + c`` where device ``s`` runs microbatch ``m`` on its chunk ``c``
+      forward (backward) at tick ``t``, or -1; and how many slots per chunk hold
+      each microbatch's input (and its output's gradient) from its arrival to its
+      backward step when microbatch ``m`` takes slot ``m % slots``: ``n`` for
+      1F1B, ``M`` for GPipe.
 
     Examples:
       >>> from shard_tutorial.problems.pipeline_train_step import tick_tables
-      >>> forward, backward = tick_tables(2, 2)
-      >>> forward.T.tolist()
-      [[0, 1, -1, -1, -1, -1], [-1, 0, -1, 1, -1, -1]]
+      >>> forward, backward, slots = tick_tables(2, 2)
+      >>> forward.T.tolist(), slots
+      ([[0, 1, -1, -1, -1, -1], [-1, 0, -1, 1, -1, -1]], 2)
       >>> backward.T.tolist()
       [[-1, -1, -1, 0, -1, 1], [-1, -1, 0, -1, 1, -1]]
+      >>> [tick_tables(4, 16, kind)[2] for kind in ("gpipe", "1f1b")]
+      [16, 4]
     """
-    plan = schedule("1f1b", stages, microbatches)
+    plan = schedule(kind, stages, microbatches, chunks)
     forward = np.full((plan.span, stages), -1, np.int32)
     backward = np.full((plan.span, stages), -1, np.int32)
     for step in plan.steps:
         table = forward if step.kind == "F" else backward
-        table[step.start, step.device] = step.microbatch
-    return forward, backward
+        table[step.start, step.device] = step.microbatch * chunks + step.chunk
+    return forward, backward, _slots(plan)
+
+
+def _slots(plan: Schedule) -> int:
+    """The fewest slots per chunk in which microbatch ``m``'s saved values, in slot
+    ``m % slots``, never meet another's: each lives from its arrival (the end of the
+    sender's tick; for the first chunk of all, its own forward) to its backward."""
+    n, v = plan.devices, plan.chunks
+    at = {(s.kind, s.microbatch, s.chunk * n + s.device): s.start for s in plan.steps}
+    lives: dict[tuple[int, int], list[tuple[int, float, float]]] = {}
+    for s in plan.steps:
+        if s.kind != "B":
+            continue
+        stage = s.chunk * n + s.device
+        start = at[("F", s.microbatch, stage - 1)] + 0.9 if stage else at[("F", s.microbatch, 0)]
+        if stage < n * v - 1:  # the gradient that arrives from the stage after
+            start = min(start, at[("B", s.microbatch, stage + 1)] + 0.9)
+        lives.setdefault((s.device, s.chunk), []).append((s.microbatch, start, s.start + 0.5))
+    for slots in range(1, plan.microbatches + 1):
+        if all(
+            not (a[0] % slots == b[0] % slots and a[1] < b[2] and b[1] < a[2])
+            for spans in lives.values()
+            for i, a in enumerate(spans)
+            for b in spans[i + 1 :]
+        ):
+            return slots
+    return plan.microbatches
 
 
 def _layers(h: jax.Array, w_block: jax.Array) -> jax.Array:
@@ -140,76 +251,99 @@ def _layers(h: jax.Array, w_block: jax.Array) -> jax.Array:
 
 
 def _stage(
-    x: jax.Array, y: jax.Array, w_block: jax.Array, forward: jax.Array, backward: jax.Array
-) -> tuple[jax.Array, jax.Array]:
-    """One stage: the 1F1B ticks, then the last stage's loss to every stage.
+    x: jax.Array,
+    y: jax.Array,
+    w_block: jax.Array,
+    forward: jax.Array,
+    backward: jax.Array,
+    *,
+    slots: int,
+    chunks: int = 1,
+    record: bool = False,
+) -> Any:
+    """One device: the schedule's ticks, then the last stage's loss to every device.
 
-    Slot ``m % n`` of ``inputs`` holds microbatch ``m``'s input to this stage from
-    its arrival to its backward step (which recomputes the stage's layers from it,
-    with ``jax.vjp``); slot ``m % n`` of ``grads_in`` the gradient of its output,
-    from its arrival to the same step. At most ``n`` microbatches are between
-    their forward and backward on a stage, and they are consecutive, so ``n``
-    slots hold them.
+    ``w_block`` holds the device's ``chunks`` chunks of layers, one after the
+    other. Slot ``m % slots`` of a chunk's ``inputs`` holds microbatch ``m``'s
+    input to it from its arrival to its backward step (which recomputes the
+    chunk's layers from it, with ``jax.vjp``); the same slot of ``grads_in`` the
+    gradient of its output, from its arrival to the same step. Activations go to
+    the next device and gradients back; with several chunks the last device sends
+    on to device 0's next chunk (and device 0 back to the last device's previous
+    one). With ``record``, each device also returns, per tick, what it ran
+    forward and backward (its row of the tables, as the program read it).
     """
     stage = jax.lax.axis_index("stage")
     n = forward.shape[1]
-    last = n - 1
+    v = chunks
+    w_chunks = w_block.reshape(v, -1, *w_block.shape[1:])
     scale = 2.0 / x.size  # d mean((h - y) ** 2) / dh = 2 (h - y) / (M B D)
-    to_next = [(i, i + 1) for i in range(n - 1)]  # activations: stage i to i + 1
-    to_prev = [(i + 1, i) for i in range(n - 1)]  # their gradients: i + 1 back to i
-    # Each stage's own values (varying over "stage", as the ticks make them).
-    slots, loss = jax.lax.pcast(
-        (jnp.zeros((n, *x.shape[1:]), x.dtype), jnp.zeros((), x.dtype)), "stage", to="varying"
+    ring = v > 1  # the last device's output goes on to device 0's next chunk
+    to_next = [(i, (i + 1) % n) for i in range(n if ring else n - 1)]
+    to_prev = [((i + 1) % n, i) for i in range(n if ring else n - 1)]
+    # Each device's own values (varying over "stage", as the ticks make them).
+    slots_, loss = jax.lax.pcast(
+        (jnp.zeros((v, slots, *x.shape[1:]), x.dtype), jnp.zeros((), x.dtype)),
+        "stage",
+        to="varying",
     )
-    carry = (slots, slots, jnp.zeros_like(w_block), loss)
+    carry = (slots_, slots_, jnp.zeros_like(w_chunks), loss)
 
-    def tick(carry: Any, table: Any) -> tuple[Any, None]:
+    def tick(carry: Any, table: Any) -> tuple[Any, Any]:
         inputs, grads_in, grad, loss = carry
         f_row, b_row = table
         f, b = f_row[stage], b_row[stage]
-        # Forward: stage 0 reads x, the others what arrived from the stage before.
-        fm = jnp.maximum(f, 0)
-        h = jnp.where(stage == 0, x[fm], inputs[fm % n])
-        inputs = jnp.where(f >= 0, inputs.at[fm % n].set(h), inputs)
-        out = _layers(h, w_block)
-        # Backward: recompute the stage from its saved input, pull the output's gradient
-        # back (from the loss on the last stage, from the stage after on the others).
-        bm = jnp.maximum(b, 0)
-        out_b, pull = jax.vjp(_layers, inputs[bm % n], w_block)
+        # Forward: the first chunk of all reads x, the others what arrived.
+        fm, fc = jnp.maximum(f, 0) // v, jnp.maximum(f, 0) % v
+        h = jnp.where((stage == 0) & (fc == 0), x[fm], inputs[fc, fm % slots])
+        inputs = jnp.where(f >= 0, inputs.at[fc, fm % slots].set(h), inputs)
+        out = _layers(h, w_chunks[fc])
+        # Backward: recompute the chunk from its saved input, pull the output's gradient
+        # back (from the loss on the last chunk of all, else from the one after).
+        bm, bc = jnp.maximum(b, 0) // v, jnp.maximum(b, 0) % v
+        out_b, pull = jax.vjp(_layers, inputs[bc, bm % slots], w_chunks[bc])
         error = out_b - y[bm]
-        g_out = jnp.where(stage == last, scale * error, grads_in[bm % n])
-        dh, dw = pull(g_out)
+        last = (stage == n - 1) & (bc == v - 1)
+        dh, dw = pull(jnp.where(last, scale * error, grads_in[bc, bm % slots]))
         doing = b >= 0
-        grad = grad + jnp.where(doing, dw, 0)
-        loss = loss + jnp.where(doing & (stage == last), jnp.sum(error**2) / x.size, 0)
-        # Send: the activation on, its gradient back; each kept in the slot of its
-        # microbatch, as the sender's row of the table names it.
-        if n > 1:
+        grad = grad.at[bc].add(jnp.where(doing, dw, 0))
+        loss = loss + jnp.where(doing & last, jnp.sum(error**2) / x.size, 0)
+        # Send: the activation on, its gradient back; each kept in its microbatch's
+        # slot, as the sender's entry of the table names it.
+        if to_next:
             arrived = jax.lax.ppermute(out, "stage", to_next)
             came_back = jax.lax.ppermute(dh, "stage", to_prev)
-            sent_f = f_row[jnp.maximum(stage - 1, 0)]
-            sent_b = b_row[jnp.minimum(stage + 1, last)]
-            keep_f = (stage > 0) & (sent_f >= 0)
-            keep_b = (stage < last) & (sent_b >= 0)
-            inputs = jnp.where(keep_f, inputs.at[jnp.maximum(sent_f, 0) % n].set(arrived), inputs)
-            grads_in = jnp.where(
-                keep_b, grads_in.at[jnp.maximum(sent_b, 0) % n].set(came_back), grads_in
-            )
-        return (inputs, grads_in, grad, loss), None
+            sent_f = f_row[(stage - 1) % n]
+            chunk_f = sent_f % v + (stage == 0)  # from the last device: the next chunk
+            keep_f = (sent_f >= 0) & (chunk_f < v) & ((stage > 0) | ring)
+            at_f = (jnp.minimum(chunk_f, v - 1), jnp.maximum(sent_f, 0) // v % slots)
+            inputs = jnp.where(keep_f, inputs.at[at_f].set(arrived), inputs)
+            sent_b = b_row[(stage + 1) % n]
+            chunk_b = sent_b % v - (stage == n - 1)  # from device 0: the chunk before
+            keep_b = (sent_b >= 0) & (chunk_b >= 0) & ((stage < n - 1) | ring)
+            at_b = (jnp.maximum(chunk_b, 0), jnp.maximum(sent_b, 0) // v % slots)
+            grads_in = jnp.where(keep_b, grads_in.at[at_b].set(came_back), grads_in)
+        return (inputs, grads_in, grad, loss), ((f, b) if record else None)
 
-    (_, _, grad, loss), _ = jax.lax.scan(tick, carry, (forward, backward))
-    return jax.lax.psum(loss, "stage"), grad  # the loss was added up on the last stage only
+    (_, _, grad, loss), ran = jax.lax.scan(tick, carry, (forward, backward))
+    loss = jax.lax.psum(loss, "stage")  # added up on the last stage only
+    grad = grad.reshape(w_block.shape)
+    return (loss, grad, jnp.stack(ran, axis=-1)[None]) if record else (loss, grad)
 
 
 @functools.cache
-def _step(mesh: Mesh) -> Callable[..., tuple[jax.Array, jax.Array]]:
-    """Build, once per mesh, the compiled 1F1B step."""
+def _step(
+    mesh: Mesh, slots: int, chunks: int = 1, record: bool = False
+) -> Callable[..., Any]:
+    """Build, once per mesh and schedule's shape, the compiled pipelined step."""
+    per_device = functools.partial(_stage, slots=slots, chunks=chunks, record=record)
     return jax.jit(
         jax.shard_map(
-            _stage,
+            per_device,
             mesh=mesh,
             in_specs=(P(), P(), P("stage"), P(), P()),  # x, y whole; w's layers split
-            out_specs=(P(), P("stage")),  # the loss on every stage; grad split like w
+            # the loss on every stage; grad split like w (and what each device ran)
+            out_specs=(P(), P("stage"), P("stage")) if record else (P(), P("stage")),
         )
     )
 
