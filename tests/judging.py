@@ -18,7 +18,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from shard_tutorial._check_worker import answer, load_solution
+from shard_tutorial._check_worker import answer, held_on, load_solution
 from shard_tutorial.checker import RANDOM_CASES
 from shard_tutorial.judge import judge, judge_refusal
 from shard_tutorial.problem import Case, Problem
@@ -47,11 +47,15 @@ def judged(problem: Problem, solution: Callable[..., Any], case: Case) -> tuple[
         return judge_refusal(case, answer(solution, case.jax_args())[0])
     args = problem.arranged(case)
     limits = problem.budget.limits(args) if problem.budget is not None else {}
+    grow = problem.budget.grown if problem.budget is not None else None
+    grown = grow(args) if grow is not None and "growth" in limits else None
     event, data = answer(solution, args)
     if event["event"] == "raised":
         return "error", event["message"]
     if limits:  # as the worker adds them
         event["how"]["limits"] = limits
+        if grown is not None:
+            event["how"]["grown"] = held_on(answer, solution, grown)
     cut = len(data) - event["how_nbytes"]
     return judge(
         problem, case, event["output"], data[:cut], jax.device_count(), event["how"], data[cut:]

@@ -546,6 +546,29 @@ def describe_lineage(
     return how, b"".join(chunks)
 
 
+def held_on(
+    run_case: Callable[..., tuple[dict[str, Any], bytes]],
+    solution: Callable[..., Any],
+    args: tuple[Any, ...],
+    cluster: object = None,
+) -> list[dict[str, Any]]:
+    """What one device held in each program of ``solution(*args)``'s answer: for a budget's growth.
+
+    Returns:
+      One ``{"memory": ..., "held_before": ...}`` per program the answer depends on
+      (see :func:`describe_lineage`); empty if the call raised.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from shard_tutorial._check_worker import answer, held_on
+      >>> [sorted(p) for p in held_on(answer, jnp.sin, (jnp.ones(4),))]
+      [['held_before', 'memory']]
+    """
+    event, _ = run_case(solution, args, shards=cluster is not None)
+    programs = event.get("how", {}).get("programs", []) if event.get("event") == "output" else []
+    return [{"memory": p.get("memory", {}), "held_before": p.get("held_before", 0)} for p in programs]
+
+
 def _resolve(name: str) -> Any:
     """The function ``"module:qualname"`` names, imported now (after JAX has its devices)."""
     import importlib  # noqa: PLC0415
@@ -623,6 +646,15 @@ def main() -> int:
     if request.get("limits"):
         budget = _resolve(request["limits"])
         limits[:ordinary] = [dict(budget(args)) for args in cases[:ordinary]]
+    # Where a budget limits how what a device holds grows, the larger copy of the case
+    # the answer is called on again (Budget.grown), made now too.
+    grown: list[tuple[Any, ...] | None] = [None for _ in cases]
+    if request.get("grown"):
+        grow = _resolve(request["grown"])
+        grown[:ordinary] = [
+            grow(args) if "growth" in found else None
+            for args, found in zip(cases[:ordinary], limits[:ordinary], strict=True)
+        ]
     # Bound now, before the solution's file runs: what the loop calls, the recorder and
     # its hooks in JAX (installed now), so that the file cannot swap them (and if it
     # replaces the hooks in JAX, the recording says so).
@@ -650,6 +682,8 @@ def main() -> int:
         event, payload = run_case(solution, cases[index], shards=cluster is not None)
         if limits[index] and isinstance(event.get("how"), dict):
             event["how"]["limits"] = limits[index]
+            if grown[index] is not None:
+                event["how"]["grown"] = held_on(run_case, solution, grown[index], cluster)
         emit(payload, case=index, **event)
     emit(event="done")
     return 0
