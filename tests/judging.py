@@ -48,7 +48,9 @@ def judged(problem: Problem, solution: Callable[..., Any], case: Case) -> tuple[
     args = problem.arranged(case)
     limits = problem.budget.limits(args) if problem.budget is not None else {}
     grow = problem.budget.grown if problem.budget is not None else None
-    grown = grow(args) if grow is not None and "growth" in limits else None
+    grown = None
+    if grow is not None and "growth" in limits:  # made from the case, laid out as it is
+        grown = problem.arranged(Case(case.label, grow(case.jax_args())))
     event, data = answer(solution, args)
     if event["event"] == "raised":
         return "error", event["message"]

@@ -17,6 +17,7 @@ from judging import judged, pasted_reference
 
 from shard_tutorial import PROBLEMS
 from shard_tutorial._check_worker import answer, load_solution
+from shard_tutorial.problem import Case
 from shard_tutorial.compiled import sent_by
 
 BUDGETED = [name for name in PROBLEMS if PROBLEMS[name].budget is not None]
@@ -119,7 +120,8 @@ def test_the_1f1b_step_holds_more_only_by_its_larger_inputs(pasted):
         assert limits == {}  # one stage: nothing split, nothing judged
         return
     solution = pasted[problem.name]
-    growth = _held(solution, problem.budget.grown(args)) - _held(solution, args)
+    larger = problem.arranged(Case(case.label, problem.budget.grown(case.args)))
+    growth = _held(solution, larger) - _held(solution, args)
     small = PIPELINE_ROUNDING
     assert limits["growth"] - small <= growth <= limits["growth"], (growth, limits)
 

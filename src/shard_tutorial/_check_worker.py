@@ -637,8 +637,12 @@ def main() -> int:
     # The last cases are inputs the statement refuses: passed as they arrive, with no
     # layout and no budget (either may not make sense of them).
     ordinary = len(cases) - int(request.get("refusals", 0))
-    if request.get("arrange"):  # the problem lays its inputs out, e.g. a weight split
-        arrange = _resolve(request["arrange"])
+    # Where a budget limits how what a device holds grows, a larger copy of a case
+    # (Budget.grown) the answer is called on again, made from the case as it came.
+    grow = _resolve(request["grown"]) if request.get("grown") else None
+    larger = [grow(args) if grow is not None else None for args in cases[:ordinary]]
+    arrange = _resolve(request["arrange"]) if request.get("arrange") else None
+    if arrange is not None:  # the problem lays its inputs out, e.g. a weight split
         cases[:ordinary] = [arrange(args) for args in cases[:ordinary]]
     # A problem's budgets for each case, worked out before the solution's file runs (they
     # may compile programs of the package's, e.g. another strategy's step to compare with).
@@ -646,15 +650,10 @@ def main() -> int:
     if request.get("limits"):
         budget = _resolve(request["limits"])
         limits[:ordinary] = [dict(budget(args)) for args in cases[:ordinary]]
-    # Where a budget limits how what a device holds grows, the larger copy of the case
-    # the answer is called on again (Budget.grown), made now too.
     grown: list[tuple[Any, ...] | None] = [None for _ in cases]
-    if request.get("grown"):
-        grow = _resolve(request["grown"])
-        grown[:ordinary] = [
-            grow(args) if "growth" in found else None
-            for args, found in zip(cases[:ordinary], limits[:ordinary], strict=True)
-        ]
+    for index, (args, found) in enumerate(zip(larger, limits[:ordinary], strict=True)):
+        if args is not None and "growth" in found:
+            grown[index] = arrange(args) if arrange is not None else args
     # Bound now, before the solution's file runs: what the loop calls, the recorder and
     # its hooks in JAX (installed now), so that the file cannot swap them (and if it
     # replaces the hooks in JAX, the recording says so).

@@ -200,8 +200,9 @@ class Budget:
         solution's file loads, and may compile the package's programs (another
         strategy's step, to compare with).
       why: what the budget teaches; it ends the verdict's message.
-      grown: given a case's arguments as the contract lays them out, a larger
-        copy of them, on which the checker calls the answer again where the
+      grown: given a case's arguments as the case holds them (before
+        :attr:`Problem.arrange` lays them out), a larger copy of them, which the
+        checker lays out as the case's and calls the answer on again where the
         limits name ``"growth"``; None: never.
 
     Examples:

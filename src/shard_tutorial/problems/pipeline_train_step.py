@@ -644,7 +644,7 @@ def _limits(args: tuple[Any, ...]) -> dict[str, float]:
 
 
 def _grown(args: tuple[Any, ...]) -> tuple[Any, ...]:
-    """The case with ``2n`` more microbatches (its first ones again), laid out as it was.
+    """The case with ``2n`` more microbatches (its first ones again).
 
     Examples:
       >>> import jax, numpy as np
@@ -655,9 +655,8 @@ def _grown(args: tuple[Any, ...]) -> tuple[Any, ...]:
     """
     x, y, w = args
     more = 2 * usable_device_count(int(np.shape(w)[0]), jax.device_count())
-    x, y = (np.asarray(a) for a in (x, y))
-    x, y = (np.concatenate([a, np.resize(a, (more, *a.shape[1:]))]) for a in (x, y))
-    return _arrange((x, y, np.asarray(w)))
+    x, y = (jnp.concatenate([a, jnp.resize(a, (more, *a.shape[1:]))]) for a in (x, y))
+    return x, y, w
 
 
 BUDGET = Budget(
