@@ -94,7 +94,7 @@ def check_here(
     shows on those, in a fraction of the time (every case compiles its own programs;
     an eager ``shard_map`` compiles each of its operations anew at every call, a
     thousand programs for a ring of 8). ``lean`` keeps the first of the four, and the
-    largest case whose bytes held a budget limits, if any, and none on 1 device; ``"eager"`` keeps the statement's example and that largest, if any (else
+    largest case whose bytes held (or their growth) a budget limits, if any, and none on 1 device; ``"eager"`` keeps the statement's example and that largest, if any (else
     the first split case if the example's mesh has one device).
     With ``refusals``, the inputs the statement refuses too (after those few), as a
     check runs them: cheap, since a right answer raises before it computes; the tests
@@ -118,7 +118,11 @@ def check_here(
     else:
         # On 8: the first split case, and the last whose budget limits the bytes held
         # (the largest: where a right answer comes closest to the limit), if any.
-        held = [c for c in split[1:] if problem.budget and "held" in problem.budget.limits(c.args)]
+        held = [
+            c
+            for c in split[1:]
+            if problem.budget and {"held", "growth"} & set(problem.budget.limits(c.args))
+        ]
         cases = every[:2] + (
             split[:1] + held[-1:] if jax.device_count() > 1 else []
         )  # on 1 device every mesh has one device: the example and the smallest case
