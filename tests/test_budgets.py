@@ -17,8 +17,8 @@ from judging import judged, pasted_reference
 
 from shard_tutorial import PROBLEMS
 from shard_tutorial._check_worker import answer, load_solution
-from shard_tutorial.problem import Case
 from shard_tutorial.compiled import sent_by
+from shard_tutorial.problem import Case
 
 BUDGETED = [name for name in PROBLEMS if PROBLEMS[name].budget is not None]
 

@@ -125,5 +125,6 @@ def test_an_eager_shard_maps_copies_of_its_arguments_count_once():
     copies = [r for r in recording.runs if r.outputs and id(r.outputs[0]) in recording._copy_of]
     assert copies  # the eager shard_map copied its arguments
     doubled = [r for r in recording.runs if "mul" in r.primitives]
-    assert doubled and doubled[0].held_before <= 4096  # split's block; whole once, as input
+    assert doubled
+    assert doubled[0].held_before <= 4096  # split's block; whole once, as input
     del out

@@ -56,12 +56,13 @@ def test_gpipe_keeps_every_microbatch_and_1f1b_n(soup):
 
 def test_the_backward_splits_into_b_and_w(soup):
     printed = cell_output(soup, "def stage_layers(")
-    assert "B alone is dh: True" in printed and "W alone is dw: True" in printed
+    assert "B alone is dh: True" in printed
+    assert "W alone is dw: True" in printed
 
 
 def test_the_mistakes_are_run_with_the_checkers_words(soup):
     assert "8 times too large" in cell_output(soup, 'diagnose(mean="microbatch")')
-    assert "all-reduced (psum over \"stage\")" in cell_output(soup, 'diagnose(grads="psum")')
+    assert 'all-reduced (psum over "stage")' in cell_output(soup, 'diagnose(grads="psum")')
     assert "did not reach the stages before" in cell_output(soup, 'diagnose(back="to_next")')
 
 

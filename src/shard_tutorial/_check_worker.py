@@ -566,7 +566,9 @@ def held_on(
     """
     event, _ = run_case(solution, args, shards=cluster is not None)
     programs = event.get("how", {}).get("programs", []) if event.get("event") == "output" else []
-    return [{"memory": p.get("memory", {}), "held_before": p.get("held_before", 0)} for p in programs]
+    return [
+        {"memory": p.get("memory", {}), "held_before": p.get("held_before", 0)} for p in programs
+    ]
 
 
 def _resolve(name: str) -> Any:

@@ -340,7 +340,9 @@ _LAYOUT = frozenset(
 """The primitives of a program that only lays its argument out anew (see :func:`_placement_copy`)."""
 
 
-def _placement_copy(primitives: frozenset[str], args: Sequence[Any], outputs: Sequence[Any]) -> bool:
+def _placement_copy(
+    primitives: frozenset[str], args: Sequence[Any], outputs: Sequence[Any]
+) -> bool:
     """Whether a program only lays one array out anew: JAX's own copy, not a computation.
 
     An eager ``jax.shard_map`` runs one such program per argument (a ``shard_map``

@@ -88,7 +88,7 @@ def test_the_classic_mistakes_are_explained():
     assert "microbatch 7 alone" in _explained(case, one, grad)
     blocks = grad.reshape(8, 2, *grad.shape[1:])
     summed = np.broadcast_to(blocks.sum(0), blocks.shape).reshape(grad.shape)
-    assert "all-reduced (psum over \"stage\")" in _explained(case, loss, summed)
+    assert 'all-reduced (psum over "stage")' in _explained(case, loss, summed)
     lost = grad.copy()
     lost[:-2] = 0
     assert "did not reach the stages before" in _explained(case, loss, lost)
@@ -97,9 +97,17 @@ def test_the_classic_mistakes_are_explained():
 @pytest.mark.parametrize(
     ("args", "error", "words"),
     [
-        ((np.ones((2, 1, 3)), np.ones((2, 1, 2)), np.ones((2, 3, 3))), ValueError, ["y", "(2, 1, 3)"]),
+        (
+            (np.ones((2, 1, 3)), np.ones((2, 1, 2)), np.ones((2, 3, 3))),
+            ValueError,
+            ["y", "(2, 1, 3)"],
+        ),
         ((np.ones((2, 1, 3)),) * 2 + (np.ones((2, 2, 2)),), ValueError, ["(D, D) = (3, 3)"]),
-        ((np.ones((0, 1, 3)),) * 2 + (np.ones((2, 3, 3)),), ValueError, ["at least one microbatch"]),
+        (
+            (np.ones((0, 1, 3)),) * 2 + (np.ones((2, 3, 3)),),
+            ValueError,
+            ["at least one microbatch"],
+        ),
         ((np.ones((2, 3)),) * 2 + (np.ones((2, 3, 3)),), ValueError, ["x must be a 3-D array"]),
         ((np.ones((2, 1, 3), np.int32),) * 2 + (np.ones((2, 3, 3)),), TypeError, ["x", "int32"]),
         (([[[1.0]]], np.ones((1, 1, 1)), np.ones((1, 1, 1))), TypeError, ["x", "list"]),

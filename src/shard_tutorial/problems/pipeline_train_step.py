@@ -217,9 +217,12 @@ def tick_tables(
 
 
 def _slots(plan: Schedule) -> int:
-    """The fewest slots per chunk in which microbatch ``m``'s saved values, in slot
-    ``m % slots``, never meet another's: each lives from its arrival (the end of the
-    sender's tick; for the first chunk of all, its own forward) to its backward."""
+    """The fewest slots per chunk where each microbatch's saved values never meet another's.
+
+    Microbatch ``m`` takes slot ``m % slots``; its values live from their arrival
+    (the end of the sender's tick; for the first chunk of all, its own forward) to
+    its backward step.
+    """
     n, v = plan.devices, plan.chunks
     at = {(s.kind, s.microbatch, s.chunk * n + s.device): s.start for s in plan.steps}
     lives: dict[tuple[int, int], list[tuple[int, float, float]]] = {}
@@ -331,9 +334,7 @@ def _stage(
 
 
 @functools.cache
-def _step(
-    mesh: Mesh, slots: int, chunks: int = 1, record: bool = False
-) -> Callable[..., Any]:
+def _step(mesh: Mesh, slots: int, chunks: int = 1, record: bool = False) -> Callable[..., Any]:
     """Build, once per mesh and schedule's shape, the compiled pipelined step."""
     per_device = functools.partial(_stage, slots=slots, chunks=chunks, record=record)
     return jax.jit(
@@ -572,8 +573,9 @@ def _mesh(args: tuple[Any, ...], devices: int) -> tuple[int, ...]:
 
 
 def _w_block(args: tuple[Any, ...]) -> int:
-    """The bytes of one stage's block of ``w`` (or of its gradient): a collective that
-    moves that much moves layers, or their gradients, off their stage.
+    """The bytes of one stage's block of ``w`` (or of its gradient).
+
+    A collective that moves that much moves layers, or their gradients, off their stage.
 
     Examples:
       >>> import jax, numpy as np

@@ -3,7 +3,6 @@ of a 1F1B schedule (worked out in Python); each stage saves only its input of a
 microbatch, in n slots; the backward recomputes its layers with jax.vjp; the loss's
 gradient by hand; the carry cast to varying with jax.lax.pcast (check_vma on)."""
 
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -64,7 +63,6 @@ def one_f_one_b(n, M):
     return np.array(fwd, np.int32), np.array(bwd, np.int32)
 
 
-
 def _layers(h, w_block):
     for layer in w_block:
         h = jnp.tanh(h @ layer)
@@ -110,14 +108,16 @@ def pipeline_train_step(x, y, w):
                 gin = gin.at[j].set(jnp.where((s < n - 1) & (mb >= 0), got_g, gin[j]))
             return (saved, gin, grad, loss), None
 
-        zeros, zero = jax.lax.pcast((jnp.zeros((n, B, D), dtype), jnp.zeros((), dtype)),
-                                    "stage", to="varying")
+        zeros, zero = jax.lax.pcast(
+            (jnp.zeros((n, B, D), dtype), jnp.zeros((), dtype)), "stage", to="varying"
+        )
         init = (zeros, zeros, jnp.zeros_like(w_block), zero)
         (_, _, grad, loss), _ = jax.lax.scan(tick, init, (fwd, bwd))
         return jax.lax.psum(loss, "stage"), grad
 
     x, y = (jax.device_put(a.astype(dtype), NamedSharding(mesh, P())) for a in (x, y))
     w = jax.device_put(w.astype(dtype), NamedSharding(mesh, P("stage")))
-    f = jax.shard_map(stage_fn, mesh=mesh, in_specs=(P(), P(), P("stage"), P(), P()),
-                      out_specs=(P(), P("stage")))
+    f = jax.shard_map(
+        stage_fn, mesh=mesh, in_specs=(P(), P(), P("stage"), P(), P()), out_specs=(P(), P("stage"))
+    )
     return f(x, y, w, jnp.asarray(fwd), jnp.asarray(bwd))

@@ -3,7 +3,6 @@ schedule (tables worked out in Python, read at tick t inside the loop); each sta
 only its input of a microbatch, in n slots, and its backward recomputes its layers with
 jax.vjp; the loss's gradient on the last stage from jax.grad of that microbatch's loss."""
 
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -64,7 +63,6 @@ def one_f_one_b(n, M):
     return np.array(fwd, np.int32), np.array(bwd, np.int32)
 
 
-
 def _layers(h, w_block):
     for layer in w_block:
         h = jnp.tanh(h @ layer)
@@ -116,6 +114,11 @@ def pipeline_train_step(x, y, w):
 
     x, y = (jax.device_put(a.astype(dtype), NamedSharding(mesh, P())) for a in (x, y))
     w = jax.device_put(w.astype(dtype), NamedSharding(mesh, P("stage")))
-    f = jax.shard_map(stage_fn, mesh=mesh, in_specs=(P(), P(), P("stage"), P(), P()),
-                      out_specs=(P(), P("stage")), check_vma=False)
+    f = jax.shard_map(
+        stage_fn,
+        mesh=mesh,
+        in_specs=(P(), P(), P("stage"), P(), P()),
+        out_specs=(P(), P("stage")),
+        check_vma=False,
+    )
     return jax.jit(f)(x, y, w, jnp.asarray(fwd), jnp.asarray(bwd))

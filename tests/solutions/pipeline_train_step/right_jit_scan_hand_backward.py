@@ -79,7 +79,9 @@ def pipeline_train_step(x, y, w):
         size = x.size
 
         def tick(carry, rows):
-            acts, gin, grad, loss = carry  # acts: (n, k + 1, B, D), every layer's input and the output
+            acts, gin, grad, loss = (
+                carry  # acts: (n, k + 1, B, D), every layer's input and the output
+            )
             frow, brow = rows
             f, b = frow[s], brow[s]
             fm, bm = jnp.maximum(f, 0), jnp.maximum(b, 0)
@@ -106,10 +108,12 @@ def pipeline_train_step(x, y, w):
                 g_prev = jax.lax.ppermute(g, "stage", to_prev)
                 mf = frow[jnp.maximum(s - 1, 0)]
                 mb = brow[jnp.minimum(s + 1, n - 1)]
-                acts = jnp.where((s > 0) & (mf >= 0),
-                                 acts.at[jnp.maximum(mf, 0) % n, 0].set(h_next), acts)
-                gin = jnp.where((s < n - 1) & (mb >= 0),
-                                gin.at[jnp.maximum(mb, 0) % n].set(g_prev), gin)
+                acts = jnp.where(
+                    (s > 0) & (mf >= 0), acts.at[jnp.maximum(mf, 0) % n, 0].set(h_next), acts
+                )
+                gin = jnp.where(
+                    (s < n - 1) & (mb >= 0), gin.at[jnp.maximum(mb, 0) % n].set(g_prev), gin
+                )
             return (acts, gin, grad, loss), None
 
         acts = jax.lax.pcast(jnp.zeros((n, k + 1, B, D), dtype), "stage", to="varying")
@@ -121,6 +125,7 @@ def pipeline_train_step(x, y, w):
 
     x, y = (jax.device_put(a.astype(dtype), NamedSharding(mesh, P())) for a in (x, y))
     w = jax.device_put(w.astype(dtype), NamedSharding(mesh, P("stage")))
-    f = jax.shard_map(stage_fn, mesh=mesh, in_specs=(P(), P(), P("stage")),
-                      out_specs=(P(), P("stage")))
+    f = jax.shard_map(
+        stage_fn, mesh=mesh, in_specs=(P(), P(), P("stage")), out_specs=(P(), P("stage"))
+    )
     return jax.jit(f)(x, y, w)

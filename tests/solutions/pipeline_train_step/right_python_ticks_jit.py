@@ -3,7 +3,6 @@ a jitted shard_map, which takes the tick's row of the table and each stage's sta
 slots of saved inputs and of arrived gradients, its gradient sum, its loss sum, split over
 "stage") and returns the new state; the state lives between the programs, n slots, not M."""
 
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -64,7 +63,6 @@ def one_f_one_b(n, M):
     return np.array(fwd, np.int32), np.array(bwd, np.int32)
 
 
-
 def _layers(h, w_block):
     for layer in w_block:
         h = jnp.tanh(h @ layer)
@@ -100,16 +98,35 @@ def pipeline_train_step(x, y, w):
             got_h = jax.lax.ppermute(out, "stage", to_next)
             got_g = jax.lax.ppermute(dh, "stage", to_prev)
             mf, mb = frow[jnp.maximum(s - 1, 0)], brow[jnp.minimum(s + 1, n - 1)]
-            saved = jnp.where((s > 0) & (mf >= 0), saved.at[jnp.maximum(mf, 0) % n].set(got_h), saved)
+            saved = jnp.where(
+                (s > 0) & (mf >= 0), saved.at[jnp.maximum(mf, 0) % n].set(got_h), saved
+            )
             gin = jnp.where((s < n - 1) & (mb >= 0), gin.at[jnp.maximum(mb, 0) % n].set(got_g), gin)
         return saved[None], gin[None], grad, loss[None]
 
-    tick = jax.jit(jax.shard_map(
-        one_tick, mesh=mesh,
-        in_specs=(P(), P(), P("stage"), P("stage"), P("stage"), P("stage"), P("stage"), P(), P()),
-        out_specs=(P("stage"), P("stage"), P("stage"), P("stage"))))
-    total = jax.jit(jax.shard_map(lambda l: jax.lax.psum(l[0], "stage"), mesh=mesh,
-                                  in_specs=P("stage"), out_specs=P()))
+    tick = jax.jit(
+        jax.shard_map(
+            one_tick,
+            mesh=mesh,
+            in_specs=(
+                P(),
+                P(),
+                P("stage"),
+                P("stage"),
+                P("stage"),
+                P("stage"),
+                P("stage"),
+                P(),
+                P(),
+            ),
+            out_specs=(P("stage"), P("stage"), P("stage"), P("stage")),
+        )
+    )
+    total = jax.jit(
+        jax.shard_map(
+            lambda l: jax.lax.psum(l[0], "stage"), mesh=mesh, in_specs=P("stage"), out_specs=P()
+        )
+    )
 
     x, y = (jax.device_put(a.astype(dtype), whole) for a in (x, y))
     w = jax.device_put(w.astype(dtype), split)

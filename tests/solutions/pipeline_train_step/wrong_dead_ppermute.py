@@ -35,7 +35,10 @@ def pipeline_train_step(x, y, w):
 
     hop = jax.shard_map(
         lambda b: jax.lax.ppermute(b, "stage", [(i, (i + 1) % n) for i in range(n)]),
-        mesh=mesh, in_specs=P("stage"), out_specs=P("stage"))
+        mesh=mesh,
+        in_specs=P("stage"),
+        out_specs=P("stage"),
+    )
 
     @jax.jit
     def step(w_all, w):

@@ -42,7 +42,12 @@ def pipeline_train_step(x, y, w):
         mine = jax.lax.dynamic_slice_in_dim(grad, jax.lax.axis_index("stage") * k, k)
         return value, mine
 
-    f = jax.shard_map(body, mesh=mesh, in_specs=(P(), P(), P("stage")),
-                      out_specs=(P(), P("stage")), check_vma=False)
+    f = jax.shard_map(
+        body,
+        mesh=mesh,
+        in_specs=(P(), P(), P("stage")),
+        out_specs=(P(), P("stage")),
+        check_vma=False,
+    )
     x, y = (jax.device_put(a.astype(dtype), NamedSharding(mesh, P())) for a in (x, y))
     return jax.jit(f)(x, y, jax.device_put(w.astype(dtype), NamedSharding(mesh, P("stage"))))

@@ -78,6 +78,7 @@ def pipeline_train_step(x, y, w):
 
     x, y = (jax.device_put(a.astype(dtype), NamedSharding(mesh, P())) for a in (x, y))
     w = jax.device_put(w.astype(dtype), NamedSharding(mesh, P("stage")))
-    f = jax.shard_map(stages, mesh=mesh, in_specs=(P(), P(), P("stage")),
-                      out_specs=(P(), P("stage")))
+    f = jax.shard_map(
+        stages, mesh=mesh, in_specs=(P(), P(), P("stage")), out_specs=(P(), P("stage"))
+    )
     return jax.jit(f)(x, y, w)

@@ -65,7 +65,12 @@ def pipeline_train_step(x, y, w):
         whole = jax.lax.psum(whole, "stage")  # the mistake: every stage's gradient sent
         return jax.lax.psum(loss, "stage"), jax.lax.dynamic_slice_in_dim(whole, s * k, k)
 
-    f = jax.shard_map(body, mesh=mesh, in_specs=(P(), P(), P("stage")),
-                      out_specs=(P(), P("stage")), check_vma=False)
+    f = jax.shard_map(
+        body,
+        mesh=mesh,
+        in_specs=(P(), P(), P("stage")),
+        out_specs=(P(), P("stage")),
+        check_vma=False,
+    )
     x, y = (jax.device_put(a.astype(dtype), NamedSharding(mesh, P())) for a in (x, y))
     return jax.jit(f)(x, y, jax.device_put(w.astype(dtype), NamedSharding(mesh, P("stage"))))
