@@ -102,7 +102,7 @@ def pipeline_train_step(x: jax.Array, y: jax.Array, w: jax.Array) -> tuple[jax.A
     mesh = axis_mesh("stage", w.shape[0], traced=traced)
     x, y = place((jnp.asarray(x, dtype), jnp.asarray(y, dtype)), NamedSharding(mesh, P()))
     w = place(jnp.asarray(w, dtype), NamedSharding(mesh, P("stage")))  # L / n layers each
-    forward, backward, slots = tick_tables(mesh.shape["stage"], x.shape[0])
+    forward, backward, slots = _tick_tables(mesh.shape["stage"], x.shape[0])  # 1F1B
     return _step(mesh, slots)(x, y, w, jnp.asarray(forward), jnp.asarray(backward))
 
 
@@ -207,6 +207,13 @@ def tick_tables(
       >>> [tick_tables(4, 16, kind)[2] for kind in ("gpipe", "1f1b")]
       [16, 4]
     """
+    return _tick_tables(stages, microbatches, kind, chunks)
+
+
+def _tick_tables(
+    stages: int, microbatches: int, kind: str = "1f1b", chunks: int = 1
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """:func:`tick_tables`' work: the schedule's steps written into two tables."""
     plan = schedule(kind, stages, microbatches, chunks)
     forward = np.full((plan.span, stages), -1, np.int32)
     backward = np.full((plan.span, stages), -1, np.int32)
