@@ -41,8 +41,9 @@ def test_the_recorder_looks_for_blocks_exactly_where_reading_leaves_them_alive()
 
 def test_an_array_read_on_the_host_is_held_once_not_once_more_per_block():
     mesh = data_mesh(64)
+    before = jax.live_arrays()  # kept alive: no array made below can reuse an id of theirs
     with record() as recording:
-        recording.earlier = frozenset(id(a) for a in jax.live_arrays())
+        recording.earlier = frozenset(id(a) for a in before)
         kept = jax.device_put(jnp.ones(64), NamedSharding(mesh, P("data")))
         np.asarray(kept)  # jax 0.10: one more live array per block, the same buffers
         held = recording.held_besides(())
@@ -112,8 +113,9 @@ def test_an_eager_shard_maps_copies_of_its_arguments_count_once():
     # of 4,096 (its block of 4,096 / n); the copy adds nothing.
     mesh = data_mesh(8)
     n = mesh.size
+    before = jax.live_arrays()  # kept alive: no array made below can reuse an id of theirs
     with record() as recording:
-        recording.earlier = frozenset(id(a) for a in jax.live_arrays())
+        recording.earlier = frozenset(id(a) for a in before)
         whole = jax.device_put(jnp.ones(1024), NamedSharding(mesh, P()))
         split = jax.device_put(jnp.ones(1024 * n), NamedSharding(mesh, P("data")))
         out = jax.shard_map(
