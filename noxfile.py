@@ -111,7 +111,8 @@ ORACLE_ONLY = [
         "shard_map_ppermute", "shard_map_psum_scatter", "shard_map_axis_index",
         "data_parallel_sgd_step", "tensor_parallel_mlp", "nnx_data_parallel_step",
         "collective_matmul_all_gather", "collective_matmul_reduce_scatter",
-        "pipeline_forward", "ring_attention", "zero_adam_step", "ulysses_attention",
+        "pipeline_forward", "ring_attention", "zero_adam_step", "pipeline_train_step",
+        "ulysses_attention",
     )
 ]  # fmt: skip
 PAGE_MODELS = [

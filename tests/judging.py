@@ -18,7 +18,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from shard_tutorial._check_worker import answer, load_solution
+from shard_tutorial._check_worker import answer, held_on, load_solution
 from shard_tutorial.checker import RANDOM_CASES
 from shard_tutorial.judge import judge, judge_refusal
 from shard_tutorial.problem import Case, Problem
@@ -47,11 +47,17 @@ def judged(problem: Problem, solution: Callable[..., Any], case: Case) -> tuple[
         return judge_refusal(case, answer(solution, case.jax_args())[0])
     args = problem.arranged(case)
     limits = problem.budget.limits(args) if problem.budget is not None else {}
+    grow = problem.budget.grown if problem.budget is not None else None
+    grown = None
+    if grow is not None and "growth" in limits:  # made from the case, laid out as it is
+        grown = problem.arranged(Case(case.label, grow(case.jax_args())))
     event, data = answer(solution, args)
     if event["event"] == "raised":
         return "error", event["message"]
     if limits:  # as the worker adds them
         event["how"]["limits"] = limits
+        if grown is not None:
+            event["how"]["grown"] = held_on(answer, solution, grown)
     cut = len(data) - event["how_nbytes"]
     return judge(
         problem, case, event["output"], data[:cut], jax.device_count(), event["how"], data[cut:]
@@ -88,7 +94,7 @@ def check_here(
     shows on those, in a fraction of the time (every case compiles its own programs;
     an eager ``shard_map`` compiles each of its operations anew at every call, a
     thousand programs for a ring of 8). ``lean`` keeps the first of the four, and the
-    largest case whose bytes held a budget limits, if any, and none on 1 device; ``"eager"`` keeps the statement's example and that largest, if any (else
+    largest case whose bytes held (or their growth) a budget limits, if any, and none on 1 device; ``"eager"`` keeps the statement's example and that largest, if any (else
     the first split case if the example's mesh has one device).
     With ``refusals``, the inputs the statement refuses too (after those few), as a
     check runs them: cheap, since a right answer raises before it computes; the tests
@@ -112,7 +118,11 @@ def check_here(
     else:
         # On 8: the first split case, and the last whose budget limits the bytes held
         # (the largest: where a right answer comes closest to the limit), if any.
-        held = [c for c in split[1:] if problem.budget and "held" in problem.budget.limits(c.args)]
+        held = [
+            c
+            for c in split[1:]
+            if problem.budget and {"held", "growth"} & set(problem.budget.limits(c.args))
+        ]
         cases = every[:2] + (
             split[:1] + held[-1:] if jax.device_count() > 1 else []
         )  # on 1 device every mesh has one device: the example and the smallest case

@@ -18,6 +18,7 @@ from judging import judged, pasted_reference
 from shard_tutorial import PROBLEMS
 from shard_tutorial._check_worker import answer, load_solution
 from shard_tutorial.compiled import sent_by
+from shard_tutorial.problem import Case
 
 BUDGETED = [name for name in PROBLEMS if PROBLEMS[name].budget is not None]
 
@@ -61,7 +62,8 @@ def test_a_budget_of_bytes_sent_is_what_the_reference_sends(name, pasted):
             sent += 2 * (n - 1) / n * np.asarray(case.args[0]).dtype.itemsize
         assert sent == pytest.approx(limit, rel=1e-12), case.label  # (7/8 of a sum: a float)
         compared += 1
-    assert compared or name == "fsdp_sgd_step"  # FSDP's budget is of bytes held
+    # FSDP's budget is of bytes held, the pipeline's of how they grow
+    assert compared or name in {"fsdp_sgd_step", "pipeline_train_step"}
 
 
 def _measured(solution, args):
@@ -110,6 +112,27 @@ def test_fsdp_holds_what_its_statement_allows_and_not_the_whole_batch(pasted):
         assert x.nbytes + held > limits["held"], case.label  # gathering x cannot fit
         judged_cases += 1
     assert judged_cases >= (1 if jax.device_count() == 8 else 0)
+
+
+def test_the_1f1b_step_holds_more_only_by_its_larger_inputs(pasted):
+    # M = 4n on 4 stages: with 2n more microbatches the reference holds x's and y's new
+    # microbatches and its longer schedule more (the budget, less its rounding), no more.
+    problem = PROBLEMS["pipeline_train_step"]
+    (case,) = [c for c in problem.cases if c.label.startswith("M=16, L=4")]
+    args = problem.arranged(case)
+    limits = problem.budget.limits(args)
+    if jax.device_count() == 1:
+        assert limits == {}  # one stage: nothing split, nothing judged
+        return
+    solution = pasted[problem.name]
+    larger = problem.arranged(Case(case.label, problem.budget.grown(case.args)))
+    growth = _held(solution, larger) - _held(solution, args)
+    small = PIPELINE_ROUNDING
+    assert limits["growth"] - small <= growth <= limits["growth"], (growth, limits)
+
+
+PIPELINE_ROUNDING = 4096
+"""pipeline_train_step's SMALL: what its budget allows beyond the inputs and the schedule."""
 
 
 LOOPED_PSUM_SCATTER = """

@@ -208,7 +208,12 @@ def test_the_registry_lists_every_problem_in_reading_order_and_loads_on_demand()
         "pipeline_forward",
         "ring_attention",
     ]
-    order += ["zero_adam_step", "ulysses_attention", "moe_top2"]  # Part VI, training at scale
+    order += [
+        "zero_adam_step",
+        "pipeline_train_step",
+        "ulysses_attention",
+        "moe_top2",
+    ]  # Part VI, training at scale
     assert out.stdout.strip() == f"{order} [] ['shard_tutorial.problems.shard_map_psum']"
     assert len(PROBLEMS) == len(order)
     with pytest.raises(KeyError):

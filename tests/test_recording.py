@@ -41,8 +41,9 @@ def test_the_recorder_looks_for_blocks_exactly_where_reading_leaves_them_alive()
 
 def test_an_array_read_on_the_host_is_held_once_not_once_more_per_block():
     mesh = data_mesh(64)
+    before = jax.live_arrays()  # kept alive: no array made below can reuse an id of theirs
     with record() as recording:
-        recording.earlier = frozenset(id(a) for a in jax.live_arrays())
+        recording.earlier = frozenset(id(a) for a in before)
         kept = jax.device_put(jnp.ones(64), NamedSharding(mesh, P("data")))
         np.asarray(kept)  # jax 0.10: one more live array per block, the same buffers
         held = recording.held_besides(())
@@ -103,3 +104,29 @@ def test_a_program_read_back_from_the_persistent_cache_names_its_own_file(tmp_pa
         str([str(tmp_path / "first.py")]),
         str([str(tmp_path / "second.py")]),
     ]
+
+
+def test_an_eager_shard_maps_copies_of_its_arguments_count_once():
+    # An eager shard_map runs a program that copies each argument (the body reads the
+    # copies): while the body's operations run, the call holds the array and its copy,
+    # one array's bytes. Kept arrays made in the call: one of 4,096 bytes (whole), one
+    # of 4,096 (its block of 4,096 / n); the copy adds nothing.
+    mesh = data_mesh(8)
+    n = mesh.size
+    before = jax.live_arrays()  # kept alive: no array made below can reuse an id of theirs
+    with record() as recording:
+        recording.earlier = frozenset(id(a) for a in before)
+        whole = jax.device_put(jnp.ones(1024), NamedSharding(mesh, P()))
+        split = jax.device_put(jnp.ones(1024 * n), NamedSharding(mesh, P("data")))
+        out = jax.shard_map(
+            lambda a, b: (a * 2)[: b.shape[0]] + b,
+            mesh=mesh,
+            in_specs=(P(), P("data")),
+            out_specs=P("data"),
+        )(whole, split)
+    copies = [r for r in recording.runs if r.outputs and id(r.outputs[0]) in recording._copy_of]
+    assert copies  # the eager shard_map copied its arguments
+    doubled = [r for r in recording.runs if "mul" in r.primitives]
+    assert doubled
+    assert doubled[0].held_before <= 4096  # split's block; whole once, as input
+    del out

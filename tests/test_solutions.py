@@ -119,6 +119,7 @@ ON_A_CLUSTER = {
     "tensor_parallel_mlp": "right_jit",
     "ulysses_attention": "right_jit_einsum",
     "zero_adam_step": "right_jit_pcast",
+    "pipeline_train_step": "right_jit_scan_hand_backward",
 }
 
 

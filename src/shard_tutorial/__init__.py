@@ -19,7 +19,8 @@ Examples:
    'data_parallel_sgd_step', 'fsdp_sgd_step', 'tensor_parallel_mlp',
    'nnx_data_parallel_step', 'collective_matmul_all_gather',
    'collective_matmul_reduce_scatter', 'expert_parallel_moe', 'pipeline_forward',
-   'ring_attention', 'zero_adam_step', 'ulysses_attention', 'moe_top2']
+   'ring_attention', 'zero_adam_step', 'pipeline_train_step', 'ulysses_attention',
+   'moe_top2']
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ _LAZY = {
     "ring_attention": "shard_tutorial.problems.ring_attention",
     # Part VI, training at scale:
     "zero_adam_step": "shard_tutorial.problems.zero_adam_step",
+    "pipeline_train_step": "shard_tutorial.problems.pipeline_train_step",
     "ulysses_attention": "shard_tutorial.problems.ulysses_attention",
     "moe_top2": "shard_tutorial.problems.moe_top2",
 }
@@ -97,6 +99,7 @@ __all__ = [
     "moe_top2",
     "nnx_data_parallel_step",
     "pipeline_forward",
+    "pipeline_train_step",
     "place",
     "reference_copy",
     "ring_attention",
@@ -157,6 +160,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from shard_tutorial.problems.moe_top2 import moe_top2
     from shard_tutorial.problems.nnx_data_parallel_step import nnx_data_parallel_step
     from shard_tutorial.problems.pipeline_forward import pipeline_forward
+    from shard_tutorial.problems.pipeline_train_step import pipeline_train_step
     from shard_tutorial.problems.ring_attention import ring_attention
     from shard_tutorial.problems.shard_map_all_gather import shard_map_all_gather
     from shard_tutorial.problems.shard_map_all_to_all import shard_map_all_to_all

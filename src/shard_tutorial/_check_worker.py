@@ -559,6 +559,31 @@ def describe_lineage(
     return how, b"".join(chunks)
 
 
+def held_on(
+    run_case: Callable[..., tuple[dict[str, Any], bytes]],
+    solution: Callable[..., Any],
+    args: tuple[Any, ...],
+    cluster: object = None,
+) -> list[dict[str, Any]]:
+    """What one device held in each program of ``solution(*args)``'s answer: for a budget's growth.
+
+    Returns:
+      One ``{"memory": ..., "held_before": ...}`` per program the answer depends on
+      (see :func:`describe_lineage`); empty if the call raised.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from shard_tutorial._check_worker import answer, held_on
+      >>> [sorted(p) for p in held_on(answer, jnp.sin, (jnp.ones(4),))]
+      [['held_before', 'memory']]
+    """
+    event, _ = run_case(solution, args, shards=cluster is not None)
+    programs = event.get("how", {}).get("programs", []) if event.get("event") == "output" else []
+    return [
+        {"memory": p.get("memory", {}), "held_before": p.get("held_before", 0)} for p in programs
+    ]
+
+
 def _resolve(name: str) -> Any:
     """The function ``"module:qualname"`` names, imported now (after JAX has its devices)."""
     import importlib  # noqa: PLC0415
@@ -627,8 +652,12 @@ def main() -> int:
     # The last cases are inputs the statement refuses: passed as they arrive, with no
     # layout and no budget (either may not make sense of them).
     ordinary = len(cases) - int(request.get("refusals", 0))
-    if request.get("arrange"):  # the problem lays its inputs out, e.g. a weight split
-        arrange = _resolve(request["arrange"])
+    # Where a budget limits how what a device holds grows, a larger copy of a case
+    # (Budget.grown) the answer is called on again, made from the case as it came.
+    grow = _resolve(request["grown"]) if request.get("grown") else None
+    larger = [grow(args) if grow is not None else None for args in cases[:ordinary]]
+    arrange = _resolve(request["arrange"]) if request.get("arrange") else None
+    if arrange is not None:  # the problem lays its inputs out, e.g. a weight split
         cases[:ordinary] = [arrange(args) for args in cases[:ordinary]]
     # A problem's budgets for each case, worked out before the solution's file runs (they
     # may compile programs of the package's, e.g. another strategy's step to compare with).
@@ -636,6 +665,10 @@ def main() -> int:
     if request.get("limits"):
         budget = _resolve(request["limits"])
         limits[:ordinary] = [dict(budget(args)) for args in cases[:ordinary]]
+    grown: list[tuple[Any, ...] | None] = [None for _ in cases]
+    for index, (args, found) in enumerate(zip(larger, limits[:ordinary], strict=True)):
+        if args is not None and "growth" in found:
+            grown[index] = arrange(args) if arrange is not None else args
     # Bound now, before the solution's file runs: what the loop calls, the recorder and
     # its hooks in JAX (installed now), so that the file cannot swap them (and if it
     # replaces the hooks in JAX, the recording says so).
@@ -663,6 +696,8 @@ def main() -> int:
         event, payload = run_case(solution, cases[index], shards=cluster is not None)
         if limits[index] and isinstance(event.get("how"), dict):
             event["how"]["limits"] = limits[index]
+            if grown[index] is not None:
+                event["how"]["grown"] = held_on(run_case, solution, grown[index], cluster)
         emit(payload, case=index, **event)
     emit(event="done")
     return 0

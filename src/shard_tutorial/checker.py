@@ -566,6 +566,7 @@ class _Check:
             "cluster": None if cluster is None else {**cluster, "parent": parent},
             "arrange": _qualified(self.problem.arrange),
             "limits": _qualified(self.problem.budget.limits if self.problem.budget else None),
+            "grown": _qualified(self.problem.budget.grown if self.problem.budget else None),
             "parent": parent,  # the worker dies with the checker, even by SIGKILL
         }
         assert process.stdin is not None

@@ -363,7 +363,7 @@ def _judge_how(
     if verdict is None and _one_device(technique, case, devices, wanted):
         return "pass", NOT_JUDGED["one device"]  # nothing is sent, nor split, to budget
     if verdict is None and problem.budget is not None and how.get("limits"):
-        verdict = _judge_budget(problem.budget, how["limits"], considered)
+        verdict = _judge_budget(problem.budget, how["limits"], considered, how.get("grown"))
     return verdict
 
 
@@ -411,9 +411,26 @@ def _one_device(technique: Technique, case: Case, devices: int, wanted: int) -> 
 
 
 def _judge_budget(
-    budget: Budget, limits: dict[str, float], programs: list[dict[str, Any]]
+    budget: Budget,
+    limits: dict[str, float],
+    programs: list[dict[str, Any]],
+    grown: list[dict[str, Any]] | None = None,
 ) -> tuple[str, str] | None:
-    """The verdict on what the programs an answer came from send and hold, per device."""
+    """The verdict on what the programs an answer came from send and hold, per device.
+
+    ``grown``: what each program of the answer to the budget's larger copy of the
+    case held (:func:`shard_tutorial._check_worker.held_on`), for ``"growth"``.
+
+    Examples:
+      >>> from shard_tutorial.judge import _judge_budget
+      >>> from shard_tutorial.problem import Budget
+      >>> budget = Budget(lambda args: {}, "keep n slots, not M")
+      >>> held = lambda size: [{"memory": {"temp": size}, "held_before": 0}]
+      >>> _judge_budget(budget, {"growth": 1000}, held(5000), held(5800)) is None
+      True
+      >>> print(_judge_budget(budget, {"growth": 1000}, held(5000), held(9000))[1])
+      right values, but what one device holds grows by 4,000 bytes (from 5,000 to 9,000) on a larger copy of this case, where this problem allows 1,000: keep n slots, not M
+    """
     if "sent" in limits:
         found, sent = [], 0.0
         for program in programs:
@@ -457,7 +474,23 @@ def _judge_budget(
                 f"where this problem allows {float(limits['held']):,.0f}: {budget.why}"
                 + _where(programs, {"all-gather", "all-to-all", "collective-permute"})
             )
+    if "growth" in limits and grown:
+        before, after = _most_held(programs), _most_held(grown)
+        if after - before > float(limits["growth"]):
+            return "budget", (
+                f"right values, but what one device holds grows by {after - before:,} bytes "
+                f"(from {before:,} to {after:,}) on a larger copy of this case, where this "
+                f"problem allows {float(limits['growth']):,.0f}: {budget.why}"
+            )
     return None
+
+
+def _most_held(programs: list[dict[str, Any]]) -> int:
+    """The most one device held while any of ``programs`` ran, with what the call kept."""
+    return max(
+        (_buffers(p.get("memory", {})) + int(p.get("held_before", 0)) for p in programs),
+        default=0,
+    )
 
 
 def _buffers(memory: dict[str, Any]) -> int:

@@ -196,7 +196,11 @@ class Budget:
     - ``held``: the most bytes XLA assigns one device for any one of those
       programs: arguments, outputs and temporaries added up (an output that
       reuses an argument's buffer counted once). This is the figure that sees
-      what a program gathers into its temporaries.
+      what a program gathers into its temporaries;
+    - ``growth``: how much more ``held`` may be when the answer is called again
+      on :attr:`grown`'s larger copy of the case: a limit on how what a device
+      holds grows with a size (a pipeline's microbatches), whatever it holds
+      besides (which differs between right answers: eager, jitted, Python-driven).
 
     Attributes:
       limits: given a case's arguments as the contract lays them out (on the
@@ -206,6 +210,10 @@ class Budget:
         solution's file loads, and may compile the package's programs (another
         strategy's step, to compare with).
       why: what the budget teaches; it ends the verdict's message.
+      grown: given a case's arguments as the case holds them (before
+        :attr:`Problem.arrange` lays them out), a larger copy of them, which the
+        checker lays out as the case's and calls the answer on again where the
+        limits name ``"growth"``; None: never.
 
     Examples:
       >>> from shard_tutorial.problems import get_problem
@@ -215,6 +223,9 @@ class Budget:
 
     limits: Callable[[tuple[Any, ...]], dict[str, float]] = dataclasses.field(repr=False)
     why: str = ""
+    grown: Callable[[tuple[Any, ...]], tuple[Any, ...]] | None = dataclasses.field(
+        default=None, repr=False
+    )
 
 
 @dataclasses.dataclass(frozen=True)

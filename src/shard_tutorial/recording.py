@@ -199,6 +199,8 @@ class Recording:
     # how many runs and copies it has counted so far.
     _recorded: dict[int, int] = dataclasses.field(default_factory=dict, repr=False)
     _seen: tuple[int, int] = dataclasses.field(default=(0, 0), repr=False)
+    # The array each placement copy was made from, by id (see _placement_copy).
+    _copy_of: dict[int, int] = dataclasses.field(default_factory=dict, repr=False)
 
     def held_besides(self, inputs: Sequence[Any]) -> int:
         """The most bytes one device holds in arrays made during the recording, but ``inputs``.
@@ -206,7 +208,11 @@ class Recording:
         An array counts on each device that holds a block of it (its shard's bytes).
         This is what code between programs keeps alive: eager code that fetches
         every block of an array in programs of its own, each small, holds them all
-        here. Nothing is counted when :attr:`earlier` is None (not known). It holds
+        here. A placement copy (a program that only lays one array out anew, as an
+        eager ``jax.shard_map`` does with each of its arguments, see
+        :func:`_placement_copy`) counts with the array it copies: once while both
+        live, and not at all when that array is one of ``inputs`` or lived before.
+        Nothing is counted when :attr:`earlier` is None (not known). It holds
         the ``id`` of each array that lived before: those arrays must outlive the
         recording (the checker's worker keeps them), or a new array may take the
         ``id`` of one that died and be left out.
@@ -226,6 +232,10 @@ class Recording:
         if self.earlier is None:
             return 0
         skip = self.earlier | {id(a) for a in inputs}
+        # A copy and what it copies are one array: skipped together, else counted once.
+        root = functools.partial(_root, self._copy_of)
+        skipped_roots = {root(key) for key in skip}
+        counted_roots: set[int] = set()
         # The recording holds every event's outputs (to compare their values with the
         # answer later): an array only it holds is not one the code kept.
         # Counted once per event, as events arrive (an eager call runs hundreds).
@@ -248,6 +258,9 @@ class Recording:
         for array in live:
             if id(array) in skip or id(array) in blocks or array.is_deleted():
                 continue
+            family = root(id(array))
+            if family in skipped_roots or family in counted_roots:
+                continue
             if sys.getrefcount(array) <= base + recorded.get(id(array), 0):
                 continue
             try:
@@ -256,6 +269,7 @@ class Recording:
                 devices = sharding.device_set
             except Exception:  # noqa: BLE001, S112 (an array JAX cannot describe: not counted)
                 continue
+            counted_roots.add(family)
             for device in devices:
                 per_device[device] = per_device.get(device, 0) + block
         return max(per_device.values(), default=0)
@@ -362,6 +376,49 @@ def record() -> Iterator[Recording]:
         jax.config.update("jax_compilation_cache_include_metadata_in_key", keyed)
         _ACTIVE.recording = previous
         recording.intact = hooks.intact()
+
+
+_LAYOUT = frozenset(
+    {"shard_map", "broadcast_in_dim", "squeeze", "reshape", "pvary", "pcast", "copy", "copy_p"}
+)
+"""The primitives of a program that only lays its argument out anew (see :func:`_placement_copy`)."""
+
+
+def _placement_copy(
+    primitives: frozenset[str], args: Sequence[Any], outputs: Sequence[Any]
+) -> bool:
+    """Whether a program only lays one array out anew: JAX's own copy, not a computation.
+
+    An eager ``jax.shard_map`` runs one such program per argument (a ``shard_map``
+    of a ``broadcast_in_dim``, measured on jax 0.12.0.1: each device's block with an
+    axis of 1 added) and one per result, so that its body reads copies of its
+    arguments. One array in, one out, as many numbers of the same dtype, and only
+    layout primitives (:data:`_LAYOUT`).
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from shard_tutorial.recording import _placement_copy
+      >>> x = jnp.ones(4)
+      >>> _placement_copy(frozenset({"broadcast_in_dim", "shard_map"}), [x], [x[None]])
+      True
+      >>> _placement_copy(frozenset({"add"}), [x], [x + 1])
+      False
+    """
+    if not primitives <= _LAYOUT or len(args) != 1 or len(outputs) != 1:
+        return False
+    arg, out = args[0], outputs[0]
+    if not isinstance(arg, jax.Array) or not isinstance(out, jax.Array):
+        return False
+    return arg.size == out.size and arg.dtype == out.dtype
+
+
+def _root(copy_of: dict[int, int], key: int) -> int:
+    """The array a chain of placement copies started from, by id."""
+    seen = set()
+    while key in copy_of and key not in seen:
+        seen.add(key)
+        key = copy_of[key]
+    return key
 
 
 def _same_values(values: np.ndarray, before: set[int]) -> Any:
@@ -558,6 +615,8 @@ class _Hooks:
                     hooks.programs[id(compiled)] = known
                 _, text, memory, primitives, files, lines, flowing = known
                 arrays = [isinstance(a, jax.Array) for a in args]
+                if _placement_copy(primitives, args, out_flat):
+                    recording._copy_of[id(out_flat[0])] = id(args[0])
                 with _LOCK:
                     recording.runs.append(
                         Run(

@@ -64,6 +64,7 @@ PROBLEMS: Mapping[str, Problem] = _Registry(
         "ring_attention",
         # Part VI, training at scale:
         "zero_adam_step",
+        "pipeline_train_step",
         "ulysses_attention",
         "moe_top2",
     )
