@@ -575,12 +575,17 @@ def held_on(
       >>> import jax.numpy as jnp
       >>> from shard_tutorial._check_worker import answer, held_on
       >>> [sorted(p) for p in held_on(answer, jnp.sin, (jnp.ones(4),))]
-      [['held_before', 'memory']]
+      [['held_before', 'lines', 'memory']]
     """
     event, _ = run_case(solution, args, shards=cluster is not None)
     programs = event.get("how", {}).get("programs", []) if event.get("event") == "output" else []
     return [
-        {"memory": p.get("memory", {}), "held_before": p.get("held_before", 0)} for p in programs
+        {
+            "memory": p.get("memory", {}),
+            "held_before": p.get("held_before", 0),
+            "lines": p.get("lines", []),  # for the verdict: where the most is held
+        }
+        for p in programs
     ]
 
 

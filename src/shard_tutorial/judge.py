@@ -481,6 +481,7 @@ def _judge_budget(
                 f"right values, but what one device holds grows by {after - before:,} bytes "
                 f"(from {before:,} to {after:,}) on a larger copy of this case, where this "
                 f"problem allows {float(limits['growth']):,.0f}: {budget.why}"
+                + _code_lines([max(grown, key=lambda p: _most_held([p]))])
             )
     return None
 
