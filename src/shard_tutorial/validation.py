@@ -18,6 +18,7 @@ import numpy as np
 
 __all__ = [
     "check_array",
+    "check_attention_inputs",
     "check_floating",
     "require_count",
     "require_finite_number",
@@ -67,6 +68,66 @@ def check_array(value: object, name: str, *, ndim: int, layout: str) -> None:
         raise ValueError(msg)
     if not jnp.issubdtype(value.dtype, jnp.number):
         msg = f"{name} must hold numbers (integer, floating or complex), got dtype {value.dtype}"
+        raise TypeError(msg)
+
+
+def check_attention_inputs(
+    q: object, k: object, v: object, causal: object, *, layout: str, sizes: str
+) -> None:
+    """Raise unless ``q``, ``k`` and ``v`` are one shape and dtype of floats, ``causal`` a bool.
+
+    The checks of the attention problems (ring attention's ``(T, D)``, Ulysses'
+    ``(T, H, K)``): each array of the rank ``layout`` names, floating-point; ``k``
+    and ``v`` of ``q``'s shape and dtype; no size 0; ``causal`` a Python or NumPy
+    bool (under ``jax.jit`` it must be static).
+
+    Args:
+      q: the queries.
+      k: the keys.
+      v: the values.
+      causal: whether the mask is causal.
+      layout: the shape in words, e.g. ``"(T, H, K)"``: its names count the rank.
+      sizes: what a size of 0 leaves out, e.g. ``"one token, one head and one column"``.
+
+    Raises:
+      TypeError: for a non-array, a dtype that is not floating point, arrays of
+        different dtypes, or a ``causal`` that is not a bool.
+      ValueError: for a wrong rank, shapes that differ, or a size of 0.
+
+    Examples:
+      >>> import numpy as np
+      >>> from shard_tutorial.validation import check_attention_inputs
+      >>> q = np.ones((4, 2), np.float32)
+      >>> check_attention_inputs(q, q, q, False, layout="(T, D)", sizes="one row and one column")
+      >>> check_attention_inputs(q, q[:3], q, False, layout="(T, D)", sizes="one row")
+      Traceback (most recent call last):
+      ...
+      ValueError: k has shape (3, 2) but q has shape (4, 2): all are (T, D)
+    """
+    ndim = layout.count(",") + 1
+    for name, array in (("q", q), ("k", k), ("v", v)):
+        check_array(array, name, ndim=ndim, layout=f"of shape {layout}")
+        dtype = array.dtype  # type: ignore[attr-defined]
+        if not jnp.issubdtype(dtype, jnp.floating):
+            msg = f"{name} must hold floating-point numbers, got dtype {dtype}"
+            raise TypeError(msg)
+    shape, dtype = np.shape(q), q.dtype  # type: ignore[attr-defined]
+    for name, array in (("k", k), ("v", v)):
+        if np.shape(array) != shape:
+            msg = f"{name} has shape {np.shape(array)} but q has shape {shape}: all are {layout}"
+            raise ValueError(msg)
+        if array.dtype != dtype:  # type: ignore[attr-defined]
+            msg = f"{name} has dtype {array.dtype} but q has dtype {dtype}: use one dtype"  # type: ignore[attr-defined]
+            raise TypeError(msg)
+    if 0 in shape:
+        msg = f"q, k and v must have at least {sizes}, got shape {shape}"
+        raise ValueError(msg)
+    if not isinstance(causal, bool | np.bool_):
+        msg = f"causal must be True or False, got {type(causal).__name__}: {causal!r}" + (
+            " (under jax.jit, pass it in static_argnames='causal')"
+            if isinstance(causal, jax.core.Tracer)
+            else ""
+        )
         raise TypeError(msg)
 
 

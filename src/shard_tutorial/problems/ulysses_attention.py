@@ -28,7 +28,7 @@ from shard_tutorial.communication import bytes_per_number
 from shard_tutorial.meshes import axis_mesh, place, usable_device_count
 from shard_tutorial.problem import Budget, Case, Forbidden, Placement, Problem, Technique, precise
 from shard_tutorial.problems._blocks import device_counts
-from shard_tutorial.validation import check_array
+from shard_tutorial.validation import check_attention_inputs
 
 __all__ = ["PROBLEM", "causal_work", "ulysses_attention"]
 
@@ -100,30 +100,9 @@ def ulysses_attention(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool = F
 
 
 def _check_inputs(q: object, k: object, v: object, causal: object) -> None:
-    for name, array in (("q", q), ("k", k), ("v", v)):
-        check_array(array, name, ndim=3, layout="of shape (T, H, K)")
-        dtype = array.dtype  # type: ignore[attr-defined]
-        if not jnp.issubdtype(dtype, jnp.floating):
-            msg = f"{name} must hold floating-point numbers, got dtype {dtype}"
-            raise TypeError(msg)
-    shape, dtype = np.shape(q), q.dtype  # type: ignore[attr-defined]
-    for name, array in (("k", k), ("v", v)):
-        if np.shape(array) != shape:
-            msg = f"{name} has shape {np.shape(array)} but q has shape {shape}: all are (T, H, K)"
-            raise ValueError(msg)
-        if array.dtype != dtype:  # type: ignore[attr-defined]
-            msg = f"{name} has dtype {array.dtype} but q has dtype {dtype}: use one dtype"  # type: ignore[attr-defined]
-            raise TypeError(msg)
-    if 0 in shape:
-        msg = f"q, k and v must have at least one token, one head and one column, got shape {shape}"
-        raise ValueError(msg)
-    if not isinstance(causal, bool | np.bool_):
-        msg = f"causal must be True or False, got {type(causal).__name__}: {causal!r}" + (
-            " (under jax.jit, pass it in static_argnames='causal')"
-            if isinstance(causal, jax.core.Tracer)
-            else ""
-        )
-        raise TypeError(msg)
+    check_attention_inputs(
+        q, k, v, causal, layout="(T, H, K)", sizes="one token, one head and one column"
+    )
 
 
 def _tokens_to_heads(x: jax.Array) -> jax.Array:
