@@ -74,6 +74,14 @@ def test_the_program_sends_activations_and_gradients_between_neighbours(soup):
 
 
 def test_gpipes_order_gets_budget(soup):
-    printed = cell_output(soup, 'report = check("pipeline_train_step", gpipe_train_step')
+    printed = cell_output(soup, 'check("pipeline_train_step", gpipe_train_step')
+    assert "FAILED" in printed
     assert "BUDGET" in printed
     assert "grows by" in printed
+
+
+def test_the_solution_on_8_devices_keeps_each_layers_gradient_on_its_stage(soup):
+    printed = cell_output(soup, "loss16, grad16 = pipeline_train_step(x, y, w16)")
+    assert "grad split as P('stage', None, None) over {'stage': 8}" in printed
+    assert "CPU 7" in printed
+    assert "collective-permute" in printed
