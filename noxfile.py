@@ -115,6 +115,17 @@ ORACLE_ONLY = [
         "ulysses_attention",
     )
 ]  # fmt: skip
+# The checker's tests of one problem's verdicts, beyond the corpus: on the oldest stack
+# the corpus of answers (tests/test_solutions.py) judges every problem's right answers
+# and classic mistakes, which is what can differ with JAX's version (how its programs
+# print); these files' further cases run on the newest, at 8 devices and at 1.
+CHECKER_EXTRAS = [
+    f"tests/test_checker_{name}.py"
+    for name in (
+        "data_parallel_sgd_step", "fsdp_sgd_step", "nnx_data_parallel_step",
+        "tensor_parallel_mlp", "zero_adam_step", "pipeline_train_step",
+    )
+]  # fmt: skip
 PAGE_MODELS = [
     "tests/test_reference_transformations.py",
     "tests/test_collectives_transformations.py",
@@ -134,8 +145,9 @@ def tests(session: nox.Session) -> None:
     the session `tests_newest`, so that nox runs them beside this one: the 8-device
     pass alone is CI's longest piece of work. The oldest runs what can differ with
     JAX's version: the in-process tests at 8 devices (where the stacks' programs and
-    collectives differ) but the pages' models and the reference tests that hold no
-    version's behaviour (ORACLE_ONLY), and the process tests but those marked `once`
+    collectives differ) but the pages' models, the reference tests that hold no
+    version's behaviour (ORACLE_ONLY) and the checker's tests of one problem beyond the
+    corpus (CHECKER_EXTRAS), and the process tests but those marked `once`
     (what a check does with hangs, crashes and Ctrl-C depends on no JAX). Those marked
     `oldest` check on the oldest stack what the docs build checks on the newest: every
     problem's reference passes the checker on 1 and 8 devices (pyproject.toml).
@@ -146,7 +158,9 @@ def tests(session: nox.Session) -> None:
     codes = [0, 5] if session.posargs else [0]
     # Tests marked `once` run in one pass: the newest Python at 8 devices (pyproject.toml).
     marks = "not subprocesses" + (" and not oldest" if newest else " and not once")
-    ignored = [] if newest else [f"--ignore={p}" for p in PAGE_MODELS + ORACLE_ONLY]
+    ignored = (
+        [] if newest else [f"--ignore={p}" for p in PAGE_MODELS + ORACLE_ONLY + CHECKER_EXTRAS]
+    )
     session.run(
         "pytest", "--devices=8", "-m", marks, *WORKERS, *ignored,
         *_timed(session, "devices8"), *session.posargs, success_codes=codes, env=_jax_env(),

@@ -123,13 +123,14 @@ def check_here(
             for c in split[1:]
             if problem.budget and {"held", "growth"} & set(problem.budget.limits(c.args))
         ]
-        cases = every[:2] + (
-            split[:1] + held[-1:] if jax.device_count() > 1 else []
-        )  # on 1 device every mesh has one device: the example and the smallest case
+        # On 1 device every mesh has one device: the example and the smallest case. On
+        # 8, the example and the split ones (the second case, an edge of one device or
+        # none, is the 1-device pass's).
+        cases = every[:2] if jax.device_count() == 1 else every[:1] + split[:1] + held[-1:]
         if OLDEST and jax.device_count() > 1:
             # jax 0.10 differs in how its programs print, not in what a case asks: one
             # split case, the held one if any (the newest runs both).
-            cases = every[:2] + (held[-1:] or split[:1])
+            cases = every[:1] + (held[-1:] or split[:1])
         if lean == "eager":
             # Eager code compiles each operation of each call anew (a thousand programs
             # for a ring of 8 on one case): the statement's example, and the largest case

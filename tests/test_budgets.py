@@ -41,15 +41,20 @@ def pasted(tmp_path_factory):
 
 @pytest.mark.parametrize("name", BUDGETED)
 def test_a_budget_of_bytes_sent_is_what_the_reference_sends(name, pasted):
-    # Tight, on every case: the reference sends exactly what is allowed, no slack. (That
+    # Tight: the reference sends exactly what is allowed, no slack. (That
     # the reference keeps within every figure of its budget, on every case and random
     # ones, on 1 and 8 devices, is test_pasted_solutions.py's check of it.)
     problem = PROBLEMS[name]
     compared = 0
     # On one device every case is a mesh of one, whose budget is nothing sent: two
-    # cases show it (each case's own mesh is 8 devices' question, and the tests' there).
-    enough = len(problem.cases) if jax.device_count() > 1 else 2
-    for case in problem.cases:
+    # cases show it. On 8, the cases whose mesh has several devices (what the formula
+    # is about): the first five, and the largest, the statement's last.
+    cases, enough = list(problem.cases), 2
+    if jax.device_count() > 1:
+        split = [c for c in cases if math.prod(problem.mesh_shape(c, jax.device_count())) > 1]
+        cases = split[:5] + [c for c in split[-1:] if c not in split[:5]]
+        enough = len(cases)
+    for case in cases:
         if compared == enough:
             break
         args = problem.arranged(case)
