@@ -80,6 +80,7 @@ def check_here(
     lean: bool | str = False,
     until: Callable[[CaseResult], bool] | None = None,
     refusals: bool = False,
+    largest_first: bool = False,
 ) -> CheckReport:
     """What ``shard_tutorial.check`` reports, for this process' device count only, run here.
 
@@ -101,7 +102,8 @@ def check_here(
     of what the checker says about a mistake leave them out, to read its verdicts alone.
     Without ``few``, every case and random ones, those same few first. With ``until``, the
     check stops at the first result it accepts (a wrong answer's verdict, found: the
-    rest cannot change the test's outcome).
+    rest cannot change the test's outcome). With ``largest_first``, the statement's
+    cases run from the last (the largest) to the first, then the rest.
     """
     problem = problem if isinstance(problem, Problem) else get_problem(problem)
     if not callable(solution):
@@ -151,6 +153,9 @@ def check_here(
         if problem.generate is not None:
             rng = np.random.default_rng(seed)
             cases += [problem.generate(rng) for _ in range(RANDOM_CASES)]
+    if largest_first:
+        # The statement's cases from its last, its largest, where a budget bites first.
+        cases = [c for c in reversed(every) if c in cases] + [c for c in cases if c not in every]
     results = []
     for case in cases:
         status, message = judged(problem, solution, case)

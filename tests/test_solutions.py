@@ -79,12 +79,15 @@ def test_a_wrong_answer_gets_its_verdict(path, request):
     if jax.device_count() not in devices:
         return  # a mistake that does not show at this device count: nothing to assert
 
-    # Every case if need be (a budget shows on the largest, which the statements list
-    # last), the few of a right answer's check first, until the verdict shows.
+    # Every case if need be, until the verdict shows: the few of a right answer's check
+    # first, or for a budget the largest first (the statements list them last).
     def shows(result):
         return result.status == verdict and phrase.lower() in result.message.lower()
 
-    report = check_here(path.parent.name, path, seed=0, few=False, until=shows, refusals=True)
+    report = check_here(
+        path.parent.name, path, seed=0, few=False, until=shows, refusals=True,
+        largest_first=verdict == "budget",
+    )  # fmt: skip
     (run,) = report.runs
     assert any(shows(r) for r in run.results), f"expected {verdict} with {phrase!r}:\n{report}"
     if verdict in {"technique", "budget"}:
