@@ -701,8 +701,8 @@ def main() -> int:
         event, payload = run_case(solution, cases[index], shards=cluster is not None)
         if limits[index] and isinstance(event.get("how"), dict):
             event["how"]["limits"] = limits[index]
-            if grown[index] is not None:
-                event["how"]["grown"] = held_on(run_case, solution, grown[index], cluster)
+            if (grown_args := grown[index]) is not None:
+                event["how"]["grown"] = held_on(run_case, solution, grown_args, cluster)
         emit(payload, case=index, **event)
     emit(event="done")
     return 0

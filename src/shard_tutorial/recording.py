@@ -31,6 +31,7 @@ import os
 import re
 import sys
 import threading
+import types
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -141,7 +142,7 @@ def _readers_line() -> tuple[str, int] | None:
       True
     """
     theirs = _not_the_readers()
-    frame = sys._getframe(1)
+    frame: types.FrameType | None = sys._getframe(1)
     while frame is not None:
         name = frame.f_code.co_filename
         if not any(part in name for part in theirs):

@@ -158,7 +158,7 @@ def scheduled_train_step(
     x, y = place((jnp.asarray(x, dtype), jnp.asarray(y, dtype)), NamedSharding(mesh, P()))
     w = place(np.asarray(w).astype(dtype)[order], NamedSharding(mesh, P("stage")))
     args = (x, y, w, jnp.asarray(forward), jnp.asarray(backward))
-    program = _step(mesh, slots, chunks, record=True)
+    program: Any = _step(mesh, slots, chunks, record=True)  # jitted: it has .lower
     loss, grad, ran = program(*args)
     grad = np.asarray(grad)[np.argsort(order)]  # back in w's order
     ran = np.asarray(ran)  # (devices, ticks, 2): forward and backward entries
