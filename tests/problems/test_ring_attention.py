@@ -195,8 +195,9 @@ def test_jit_gives_the_eager_result(causal):
     np.testing.assert_allclose(jitted, ring_attention(*args, causal=causal), rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize(("length", "causal"), [(16, True), (12, False), (5, True)])
-@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize(
+    ("length", "causal", "jit"), [(16, True, False), (12, False, True), (5, True, True)]
+)
 def test_grad_equals_the_unsharded_twins(length, causal, jit):
     q, k, v = (jnp.asarray(a) for a in _qkv(length, 3, seed=length))
     weights = jnp.asarray(np.random.default_rng(2).normal(size=(length, 3)), jnp.float32)
