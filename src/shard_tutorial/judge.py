@@ -566,6 +566,7 @@ def _judge_technique(
                 continue
             return "technique", (
                 f"right values, but no {asked} in the program JAX traced ({traced}): {practises}"
+                + _where(programs)
             )
         if not matching:
             ran = _listed(found) if found else "no collective over more than one device"
