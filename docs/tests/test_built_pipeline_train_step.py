@@ -9,44 +9,28 @@ These read the HTML that ``nox -s docs`` has just built into docs/_build/html.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-import pytest
-from bs4 import BeautifulSoup, Tag
+import built_pages  # this folder
 
-PAGE = Path(__file__).parents[1] / "_build" / "html" / "scale" / "pipeline-train-step.html"
+NAME = "scale/pipeline-train-step"
 
 
-@pytest.fixture(scope="module")
-def soup() -> BeautifulSoup:
-    if not PAGE.is_file():
-        pytest.fail(f"{PAGE} is missing: build the site first (nox -s docs)")
-    return BeautifulSoup(PAGE.read_text(), "html.parser")
+def output(source: str) -> str:
+    """The output of the page's one cell whose code contains ``source``, spaces joined."""
+    return " ".join(built_pages.cell_output(NAME, source).split())
 
 
-def cell_output(soup: BeautifulSoup, source: str) -> str:
-    """The output of the one cell whose code contains ``source``, lines joined by spaces."""
-    cells = [
-        cell
-        for cell in soup.select("div.cell")
-        if (code := cell.select_one("div.cell_input")) and source in code.get_text()
-    ]
-    assert len(cells) == 1, f"{len(cells)} cells contain {source!r}"
-    output = cells[0].select_one("div.cell_output")
-    return " ".join(output.get_text().split()) if isinstance(output, Tag) else ""
-
-
-def test_the_reference_gives_jax_grads_numbers_and_runs_1f1b(soup):
-    printed = cell_output(soup, "loss, grad = pipeline_train_step(x, y, w)")
+def test_the_reference_gives_jax_grads_numbers_and_runs_1f1b():
+    printed = output("loss, grad = pipeline_train_step(x, y, w)")
     assert "on every stage: True" in printed
     assert "grad split as P('stage', None, None) over {'stage': 4}" in printed
-    ran = cell_output(soup, 'scheduled_train_step(x, y, w, "1f1b")')
+    ran = output('scheduled_train_step(x, y, w, "1f1b")')
     assert "same loss: True" in ran
     assert "each stage holds at most [4.0, 3.0, 2.0, 1.0] microbatches" in ran
 
 
-def test_gpipe_keeps_every_microbatch_and_1f1b_n(soup):
-    printed = cell_output(soup, "measured = {}")
+def test_gpipe_keeps_every_microbatch_and_1f1b_n():
+    printed = output("measured = {}")
     assert re.search(r"GPipe \(executed\) 78 ticks, bubble 0\.179, device 0 keeps 32", printed)
     assert re.search(r"1F1B \(executed\) 78 ticks, bubble 0\.179, device 0 keeps 8 ", printed)
     assert "142 ticks, bubble 0.099, device 0 keeps 11.5" in printed
@@ -54,34 +38,34 @@ def test_gpipe_keeps_every_microbatch_and_1f1b_n(soup):
     assert temps[0] > 2 * temps[1]  # GPipe's slots: 32; 1F1B's: 8
 
 
-def test_the_backward_splits_into_b_and_w(soup):
-    printed = cell_output(soup, "def stage_layers(")
+def test_the_backward_splits_into_b_and_w():
+    printed = output("def stage_layers(")
     assert "B alone is dh: True" in printed
     assert "W alone is dw: True" in printed
 
 
-def test_the_mistakes_are_run_with_the_checkers_words(soup):
-    assert "8 times too large" in cell_output(soup, 'diagnose(mean="microbatch")')
-    assert 'all-reduced (psum over "stage")' in cell_output(soup, 'diagnose(grads="psum")')
-    assert "did not reach the stages before" in cell_output(soup, 'diagnose(back="to_next")')
+def test_the_mistakes_are_run_with_the_checkers_words():
+    assert "8 times too large" in output('diagnose(mean="microbatch")')
+    assert 'all-reduced (psum over "stage")' in output('diagnose(grads="psum")')
+    assert "did not reach the stages before" in output('diagnose(back="to_next")')
 
 
-def test_the_program_sends_activations_and_gradients_between_neighbours(soup):
-    printed = cell_output(soup, "for collective in collectives(pipeline_train_step")
+def test_the_program_sends_activations_and_gradients_between_neighbours():
+    printed = output("for collective in collectives(pipeline_train_step")
     assert "collective-permute -> f32[2,4] (32 bytes) among {{0,1},{1,2},{2,3}}" in printed
     assert "collective-permute -> f32[2,4] (32 bytes) among {{1,0},{2,1},{3,2}}" in printed
     assert "all-reduce -> f32[] (4 bytes)" in printed
 
 
-def test_gpipes_order_gets_budget(soup):
-    printed = cell_output(soup, 'check("pipeline_train_step", gpipe_train_step')
+def test_gpipes_order_gets_budget():
+    printed = output('check("pipeline_train_step", gpipe_train_step')
     assert "FAILED" in printed
     assert "BUDGET" in printed
     assert "grows by" in printed
 
 
-def test_the_solution_on_8_devices_keeps_each_layers_gradient_on_its_stage(soup):
-    printed = cell_output(soup, "loss16, grad16 = pipeline_train_step(x, y, w16)")
+def test_the_solution_on_8_devices_keeps_each_layers_gradient_on_its_stage():
+    printed = output("loss16, grad16 = pipeline_train_step(x, y, w16)")
     assert "grad split as P('stage', None, None) over {'stage': 8}" in printed
     assert "CPU 7" in printed
     assert "collective-permute" in printed

@@ -7,58 +7,41 @@ These read the HTML that ``nox -s docs`` has just built into docs/_build/html.
 
 from __future__ import annotations
 
-from pathlib import Path
+import built_pages  # this folder
 
-import pytest
-from bs4 import BeautifulSoup, Tag
-
-PAGE = Path(__file__).parents[1] / "_build" / "html" / "scale" / "ulysses-attention.html"
+NAME = "scale/ulysses-attention"
 
 
-@pytest.fixture(scope="module")
-def soup() -> BeautifulSoup:
-    if not PAGE.is_file():
-        pytest.fail(f"{PAGE} is missing: build the site first (nox -s docs)")
-    return BeautifulSoup(PAGE.read_text(), "html.parser")
+def output(source: str) -> str:
+    """The output of the page's one cell whose code contains ``source``, spaces joined."""
+    return " ".join(built_pages.cell_output(NAME, source).split())
 
 
-def cell_output(soup: BeautifulSoup, source: str) -> str:
-    """The output of the one cell whose code contains ``source``, lines joined by spaces."""
-    cells = [
-        cell
-        for cell in soup.select("div.cell")
-        if (code := cell.select_one("div.cell_input")) and source in code.get_text()
-    ]
-    assert len(cells) == 1, f"{len(cells)} cells contain {source!r}"
-    output = cells[0].select_one("div.cell_output")
-    return " ".join(output.get_text().split()) if isinstance(output, Tag) else ""
-
-
-def test_the_all_to_all_gives_each_device_one_head_and_is_drawn(soup):
-    printed = cell_output(soup, "labels = 10 * np.arange(4)")
+def test_the_all_to_all_gives_each_device_one_head_and_is_drawn():
+    printed = output("labels = 10 * np.arange(4)")
     assert "device 1 holds [ 1 11 21 31]" in printed
-    (picture,) = soup.select("img.collective-diagram")
+    (picture,) = built_pages.page(NAME).select("img.collective-diagram")
     assert picture["alt"].startswith("all_to_all: from tokens to heads. Before, device 0")
     assert "After, device 0 holds 0, 10, 20, 30; device 1 holds 1, 11, 21, 31" in picture["alt"]
 
 
-def test_the_worked_example_runs_four_all_to_alls(soup):
-    printed = cell_output(soup, "def attend_by_heads(")
+def test_the_worked_example_runs_four_all_to_alls():
+    printed = output("def attend_by_heads(")
     assert "each device attends with q of float32[16,1,4]{V:seq}" in printed
     assert "right: True" in printed
     assert printed.count("all-to-all 8 pieces of f32[2,1,4], 224 bytes sent per device") == 4
 
 
-def test_the_pitfalls_are_shown_with_their_errors_and_the_checkers_words(soup):
-    split = cell_output(soup, "four_heads = jax.device_put(")
+def test_the_pitfalls_are_shown_with_their_errors_and_the_checkers_words():
+    split = output("four_heads = jax.device_put(")
     assert "has to be divisible by the size of the named axis seq (8)" in split
     assert "the contract's mesh for T=16, H=4: {'seq': 4}" in split
-    shifted = cell_output(soup, "offsets=np.arange(8) * 2")
+    shifted = output("offsets=np.arange(8) * 2")
     assert "the causal mask counted the queries' positions" in shifted
 
 
-def test_gathering_k_and_v_holds_more_than_the_checker_allows(soup):
-    printed = cell_output(soup, "def gather_kv(")
+def test_gathering_k_and_v_holds_more_than_the_checker_allows():
+    printed = output("def gather_kv(")
     held = {
         name: int(printed.split(f"{name}: ")[1].split(" bytes")[0].replace(",", ""))
         for name in ("Ulysses", "k and v gathered")
@@ -67,15 +50,15 @@ def test_gathering_k_and_v_holds_more_than_the_checker_allows(soup):
     assert held["Ulysses"] < allowed < held["k and v gathered"], printed
 
 
-def test_ulysses_sends_a_quarter_of_the_rings_bytes_on_8_devices(soup):
-    printed = cell_output(soup, "ring_heads = jax.vmap(")
+def test_ulysses_sends_a_quarter_of_the_rings_bytes_on_8_devices():
+    printed = output("ring_heads = jax.vmap(")
     assert "H=8, Ulysses: 8 devices, 28,672 bytes sent per device" in printed
     assert "H=8, ring: 8 devices, 114,688 bytes sent per device" in printed
     assert "H=4, Ulysses: 4 devices" in printed
-    balance = cell_output(soup, "ulysses_work(64, 8, 8)")
+    balance = output("ulysses_work(64, 8, 8)")
     assert "Ulysses, per device: [2080 2080 2080 2080 2080 2080 2080 2080]" in balance
 
 
-def test_the_reference_copy_passes(soup):
-    printed = cell_output(soup, 'check("ulysses_attention", reference_copy(')
+def test_the_reference_copy_passes():
+    printed = output('check("ulysses_attention", reference_copy(')
     assert "PASSED: every case on 1 and 8 devices" in printed
