@@ -20,6 +20,7 @@ __all__ = [
     "check_array",
     "check_attention_inputs",
     "check_floating",
+    "check_moe_shapes",
     "require_count",
     "require_finite_number",
     "require_whole_number",
@@ -129,6 +130,50 @@ def check_attention_inputs(
             else ""
         )
         raise TypeError(msg)
+
+
+def check_moe_shapes(x: object, router_logits: object, w: object) -> tuple[int, int, int, int]:
+    """Raise unless a mixture of experts' three arrays fit together; return T, D, E and F.
+
+    The shape checks both expert problems share (their dtype and size rules differ):
+    ``x`` (T, D), ``router_logits`` (T, E) and ``w`` (E, D, F), already checked to be
+    arrays of ranks 2, 2 and 3 (:func:`check_array`).
+
+    Raises:
+      ValueError: for a ``router_logits`` whose rows are not ``x``'s, a ``w`` whose
+        experts are not the logits', or a ``w`` whose inputs are not ``x``'s features.
+
+    Examples:
+      >>> import numpy as np
+      >>> from shard_tutorial.validation import check_moe_shapes
+      >>> check_moe_shapes(np.ones((6, 2)), np.ones((6, 4)), np.ones((4, 2, 3)))
+      (6, 2, 4, 3)
+      >>> check_moe_shapes(np.ones((6, 2)), np.ones((5, 4)), np.ones((4, 2, 3)))
+      Traceback (most recent call last):
+      ...
+      ValueError: router_logits has 5 rows but x has 6: one row of logits per token, x of shape (T, D) and router_logits (T, E)
+    """
+    (tokens, d), (tokens_r, experts), (experts_w, d_w, f) = (
+        np.shape(x),
+        np.shape(router_logits),
+        np.shape(w),
+    )
+    if tokens_r != tokens:
+        msg = (
+            f"router_logits has {tokens_r} rows but x has {tokens}: one row of logits per "
+            "token, x of shape (T, D) and router_logits (T, E)"
+        )
+        raise ValueError(msg)
+    if experts_w != experts:
+        msg = (
+            f"w holds {experts_w} experts but router_logits scores {experts}: "
+            "router_logits must be (T, E) and w (E, D, F)"
+        )
+        raise ValueError(msg)
+    if d_w != d:
+        msg = f"w's experts take {d_w} features but x has {d}: x must be (T, D) and w (E, D, F)"
+        raise ValueError(msg)
+    return tokens, d, experts, f
 
 
 def require_whole_number(value: object, name: str, *, minimum: int | None = None) -> int:

@@ -30,7 +30,12 @@ from shard_tutorial.communication import bytes_per_number
 from shard_tutorial.meshes import axis_mesh, place, usable_device_count
 from shard_tutorial.problem import Budget, Case, Forbidden, Placement, Problem, Technique, precise
 from shard_tutorial.problems._blocks import device_counts
-from shard_tutorial.validation import check_array, check_floating, require_whole_number
+from shard_tutorial.validation import (
+    check_array,
+    check_floating,
+    check_moe_shapes,
+    require_whole_number,
+)
 
 __all__ = ["PROBLEM", "moe_top2", "numpy_moe_top2"]
 
@@ -148,26 +153,7 @@ def _check_inputs(x: object, router_logits: object, w: object, capacity: object)
         msg = f"capacity must be an int (a count of slots), got float: {capacity!r}"
         raise TypeError(msg)
     capacity = require_whole_number(capacity, "capacity", minimum=0)
-    (tokens, d), (tokens_r, experts), (experts_w, d_w, f) = (
-        np.shape(x),
-        np.shape(router_logits),
-        np.shape(w),
-    )
-    if tokens_r != tokens:
-        msg = (
-            f"router_logits has {tokens_r} rows but x has {tokens}: one row of logits per "
-            "token, x of shape (T, D) and router_logits (T, E)"
-        )
-        raise ValueError(msg)
-    if experts_w != experts:
-        msg = (
-            f"w holds {experts_w} experts but router_logits scores {experts}: "
-            "router_logits must be (T, E) and w (E, D, F)"
-        )
-        raise ValueError(msg)
-    if d_w != d:
-        msg = f"w's experts take {d_w} features but x has {d}: x must be (T, D) and w (E, D, F)"
-        raise ValueError(msg)
+    tokens, d, experts, f = check_moe_shapes(x, router_logits, w)
     if tokens == 0:
         msg = f"x must hold at least one token (T >= 1), got x of shape {np.shape(x)}"
         raise ValueError(msg)
