@@ -458,9 +458,10 @@ def describe_lineage(
 
     Returns:
       ``{"intact": bool, "programs": [...], "copies": [...], "unknown": n,
-      "made_by": [...], "candidates": [...]}``: how many arrays the output depends on
-      were made during the call where the recording could not see (``earlier``: the
-      arrays that existed before it, which count as arguments), the programs it depends on
+      "unknown_line": [file, line], "made_by": [...], "candidates": [...]}``: how
+      many arrays the output depends on were made during the call where the
+      recording could not see (``earlier``: the arrays that existed before it, which
+      count as arguments) and the reader's line that first used one, the programs it depends on
       (each with its ``order``, ``devices``, whether it ran ``shard_map``, the
       Python ``files`` its operations came from and the lines of its compiled
       text that say what it sends and how often, see
@@ -553,6 +554,10 @@ def describe_lineage(
         "programs": programs,
         "copies": copies,
         "unknown": lineage.unknown,
+        # The reader's line of the first program (or copy) that took in such an array.
+        "unknown_line": next(
+            (line for line in map(_line_of, lineage.unknown_users) if line), None
+        ),
         "made_by": made_by,
         "candidates": candidates,
     }

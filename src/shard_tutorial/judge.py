@@ -343,6 +343,20 @@ def _judge_how(
             "right values, but no program the checker could see computed them (returned "
             f"as given, or made outside jax.jit's and jax.shard_map's programs): {practises}"
         )
+    unseen = int(how.get("unknown", 0))
+    if unseen:
+        # What the checker did not see computed is not credited: the programs it saw may
+        # only relay values made elsewhere (a thread of the solution's own, a program
+        # compiled ahead of time and called as such, which JAX runs without a trace).
+        where = _copied_at(how.get("unknown_line")) or _code_lines(programs)
+        arrays = "an array" if unseen == 1 else f"{unseen} arrays"
+        return "technique", (
+            f"right values, but they were computed from {arrays} made where the checker "
+            "cannot see how (in another thread, or by a program compiled ahead of time with "
+            ".lower(...).compile() and called directly), and it credits only what it sees "
+            "the call compute: call the jitted or shard_mapped functions themselves, in the "
+            f"calling thread; {practises}" + where
+        )
     latest = max((m for m in made_at if m is not None), default=None)
     considered = [p for p in programs if latest is None or int(p["order"]) <= latest]
     called_back = [t for p in considered for t in host_callbacks(str(p.get("text", "")))]

@@ -166,6 +166,8 @@ class Lineage:
       made_by: for each output array, the event that made it (None: neither a
         program nor a copy made it: it is an argument, or of unknown origin).
       arguments: how many of the call's argument arrays it depends on.
+      unknown_users: the recorded events that took in an array of unknown origin,
+        in the order they ran (where such an array entered what was recorded).
     """
 
     runs: tuple[Run, ...]
@@ -173,6 +175,7 @@ class Lineage:
     unknown: int
     made_by: tuple[Run | Copy | None, ...]
     arguments: int = 0
+    unknown_users: tuple[Run | Copy, ...] = ()
 
     def events(self) -> list[Run | Copy]:
         """The programs and copies together, in the order they ran."""
@@ -305,23 +308,28 @@ class Recording:
         events: list[Run | Copy] = [*self.runs, *self.copies]
         for event in events:
             for output in event.outputs:
-                makers[id(output)] = event
-        given = {id(leaf) for leaf in jax.tree.leaves(arguments)}
-        existed = {id(array) for array in earlier} - given
+                makers[_key(output)] = event
+        given = {_key(leaf) for leaf in jax.tree.leaves(arguments)}
+        existed = {_key(array) for array in earlier} - given
         leaves = [leaf for leaf in jax.tree.leaves(result) if isinstance(leaf, jax.Array)]
-        made_by = tuple(makers.get(id(leaf)) for leaf in leaves)
-        pending: list[int] = [id(leaf) for leaf in leaves]
+        made_by = tuple(makers.get(_key(leaf)) for leaf in leaves)
+        # Each array to walk back from, with the event that took it in (None: the result).
+        pending: list[tuple[int, Run | Copy | None]] = [(_key(leaf), None) for leaf in leaves]
         seen: set[int] = set()
         found: dict[int, Run | Copy] = {}
+        users: dict[int, Run | Copy] = {}
         unknown = reached = 0
         while pending:
-            key = pending.pop()
+            key, user = pending.pop()
             if key in seen:
                 continue
             seen.add(key)
             maker = makers.get(key)
             if maker is None:
-                unknown += key not in given and key not in existed
+                if key not in given and key not in existed:
+                    unknown += 1
+                    if user is not None:
+                        users[user.order] = user
                 reached += key in given
                 continue
             found[maker.order] = maker
@@ -331,11 +339,14 @@ class Recording:
             if live is None:
                 live = (True,) * len(maker.inputs)
             pending.extend(
-                k for k, used in zip(maker.inputs, live, strict=True) if used and k is not None
+                (k, maker)
+                for k, used in zip(maker.inputs, live, strict=True)
+                if used and k is not None
             )
         runs = tuple(e for _, e in sorted(found.items()) if isinstance(e, Run))
         copies = tuple(e for _, e in sorted(found.items()) if isinstance(e, Copy))
-        return Lineage(runs, copies, unknown, made_by, reached)
+        unseen = tuple(e for _, e in sorted(users.items()))
+        return Lineage(runs, copies, unknown, made_by, reached, unseen)
 
 
 _ACTIVE = threading.local()
@@ -493,6 +504,24 @@ def _blocks(live: Sequence[Any]) -> dict[int, Any]:
     return found
 
 
+def _key(array: Any) -> int:
+    """The ``id`` a recording knows ``array`` by: its own, or for a PRNG key its data's.
+
+    A typed PRNG key (``jax.random.key``) is a wrapper JAX makes and unmakes in
+    Python, without a program (``random_wrap``, ``random_unwrap``): a program
+    returns a key's data, and the key passed to the next program may be a new
+    wrapper of it. Both are known by the data's ``id``.
+
+    Examples:
+      >>> import jax
+      >>> from shard_tutorial.recording import _key
+      >>> key = jax.random.key(0)
+      >>> _key(key) == id(jax.random.key_data(key)) != id(key)
+      True
+    """
+    return id(getattr(array, "_base_array", array))
+
+
 def _current() -> Recording | None:
     return getattr(_ACTIVE, "recording", None)
 
@@ -625,7 +654,7 @@ class _Hooks:
                             text,
                             _device_count(text),
                             primitives,
-                            tuple(id(a) if k else None for a, k in zip(args, arrays, strict=True)),
+                            tuple(_key(a) if k else None for a, k in zip(args, arrays, strict=True)),
                             tuple(None if k else a for a, k in zip(args, arrays, strict=True)),
                             tuple(out_flat),
                             files,
@@ -648,7 +677,7 @@ class _Hooks:
                     recording.copies.append(
                         Copy(
                             next(recording._counter),
-                            tuple(id(x) if a else None for x, a in zip(xs, arrays, strict=True)),
+                            tuple(_key(x) if a else None for x, a in zip(xs, arrays, strict=True)),
                             tuple(
                                 None if a else np.asarray(x)
                                 for x, a in zip(xs, arrays, strict=True)
@@ -709,7 +738,7 @@ class _Hooks:
                     recording.copies.append(
                         Copy(
                             next(recording._counter),
-                            tuple(id(a) for a in arrays),
+                            tuple(_key(a) for a in arrays),
                             (None,) * len(arrays),
                             (made,),
                             _readers_line(),
