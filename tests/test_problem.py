@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import subprocess
@@ -16,6 +17,7 @@ import pytest
 import shard_tutorial
 from shard_tutorial import PROBLEMS, get_problem
 from shard_tutorial.problem import Case, Problem, precise
+from shard_tutorial.problem_names import PROBLEM_NAMES
 
 
 @pytest.mark.parametrize("name", list(PROBLEMS))
@@ -154,6 +156,7 @@ def test_get_problem_accepts_page_style_names_and_lists_the_names_on_error():
 
 def test_every_public_name_resolves_to_its_module():
     assert sorted(shard_tutorial.__all__) == sorted(shard_tutorial._LAZY)
+    assert set(PROBLEM_NAMES) <= set(shard_tutorial.__all__)
     for name in shard_tutorial.__all__:
         value = getattr(shard_tutorial, name)
         assert value is not None
@@ -161,6 +164,23 @@ def test_every_public_name_resolves_to_its_module():
         assert getattr(importlib.import_module(module), name) is value
     with pytest.raises(AttributeError, match="has no attribute 'nope'"):
         _ = shard_tutorial.nope
+
+
+def test_type_checkers_see_every_problem_the_package_exports():
+    # The one list a type checker needs written out: the imports under TYPE_CHECKING.
+    tree = ast.parse(Path(shard_tutorial.__file__).read_text())
+    guarded = next(
+        node
+        for node in tree.body
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+    )
+    imported = {
+        alias.name: node.module
+        for node in ast.walk(guarded)
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    assert imported == shard_tutorial._LAZY
 
 
 @pytest.mark.subprocesses  # a fresh process of its own, whatever this one's --devices
@@ -172,7 +192,8 @@ def test_importing_one_helper_loads_no_problem_module():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     # devices checks its argument with validation's require_count; no problem module loads.
     assert out.stdout.strip() == (
-        "['shard_tutorial', 'shard_tutorial.devices', 'shard_tutorial.validation']"
+        "['shard_tutorial', 'shard_tutorial.devices', 'shard_tutorial.problem_names', "
+        "'shard_tutorial.validation']"
     )
 
 
@@ -186,34 +207,11 @@ def test_the_registry_lists_every_problem_in_reading_order_and_loads_on_demand()
         "print(names, loaded, after)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    order = ["shard_map_double", "shard_map_vs_vmap", "shard_map_psum", "shard_map_simulate"]
-    order += [  # Part II, communication between devices
-        "shard_map_pmean",
-        "shard_map_all_gather",
-        "shard_map_ppermute",
-        "shard_map_psum_scatter",
-        "shard_map_all_to_all",
-        "shard_map_axis_index",
-    ]
-    order += [  # Part III, training across devices
-        "data_parallel_sgd_step",
-        "fsdp_sgd_step",
-        "tensor_parallel_mlp",
-        "nnx_data_parallel_step",
-    ]
-    order += [  # Part V, the parallelisms of large models
-        "collective_matmul_all_gather",
-        "collective_matmul_reduce_scatter",
-        "expert_parallel_moe",
-        "pipeline_forward",
-        "ring_attention",
-    ]
-    order += [
-        "zero_adam_step",
-        "pipeline_train_step",
-        "ulysses_attention",
-        "moe_top2",
-    ]  # Part VI, training at scale
+    order = list(PROBLEM_NAMES)
+    # The reading order is the site's: each Part's pages after the one before's.
+    parts = ["problems", "collectives", "training", "parallelism", "scale"]
+    folders = [parts.index(PROBLEMS[name].page.split("/")[0]) for name in order]
+    assert folders == sorted(folders), folders
     assert out.stdout.strip() == f"{order} [] ['shard_tutorial.problems.shard_map_psum']"
     assert len(PROBLEMS) == len(order)
     with pytest.raises(KeyError):

@@ -555,9 +555,7 @@ def describe_lineage(
         "copies": copies,
         "unknown": lineage.unknown,
         # The reader's line of the first program (or copy) that took in such an array.
-        "unknown_line": next(
-            (line for line in map(_line_of, lineage.unknown_users) if line), None
-        ),
+        "unknown_line": next((line for line in map(_line_of, lineage.unknown_users) if line), None),
         "made_by": made_by,
         "candidates": candidates,
     }

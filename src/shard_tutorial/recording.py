@@ -654,7 +654,9 @@ class _Hooks:
                             text,
                             _device_count(text),
                             primitives,
-                            tuple(_key(a) if k else None for a, k in zip(args, arrays, strict=True)),
+                            tuple(
+                                _key(a) if k else None for a, k in zip(args, arrays, strict=True)
+                            ),
                             tuple(None if k else a for a, k in zip(args, arrays, strict=True)),
                             tuple(out_flat),
                             files,

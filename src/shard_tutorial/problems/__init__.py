@@ -12,6 +12,7 @@ import importlib
 from collections.abc import Iterator, Mapping
 
 from shard_tutorial.problem import Problem
+from shard_tutorial.problem_names import PROBLEM_NAMES
 
 __all__ = ["PROBLEMS", "get_problem"]
 
@@ -38,37 +39,7 @@ class _Registry(Mapping[str, Problem]):
         return f"PROBLEMS({', '.join(self._names)})"
 
 
-PROBLEMS: Mapping[str, Problem] = _Registry(
-    (
-        "shard_map_double",
-        "shard_map_vs_vmap",
-        "shard_map_psum",
-        "shard_map_simulate",
-        # Part II, communication between devices:
-        "shard_map_pmean",
-        "shard_map_all_gather",
-        "shard_map_ppermute",
-        "shard_map_psum_scatter",
-        "shard_map_all_to_all",
-        "shard_map_axis_index",
-        # Part III, training across devices:
-        "data_parallel_sgd_step",
-        "fsdp_sgd_step",
-        "tensor_parallel_mlp",
-        "nnx_data_parallel_step",
-        # Part V, the parallelisms of large models:
-        "collective_matmul_all_gather",
-        "collective_matmul_reduce_scatter",
-        "expert_parallel_moe",
-        "pipeline_forward",
-        "ring_attention",
-        # Part VI, training at scale:
-        "zero_adam_step",
-        "pipeline_train_step",
-        "ulysses_attention",
-        "moe_top2",
-    )
-)
+PROBLEMS: Mapping[str, Problem] = _Registry(PROBLEM_NAMES)
 """Every problem by name, in the site's reading order."""
 
 
