@@ -28,18 +28,6 @@ from shard_tutorial.report import CaseResult, CheckReport, DeviceRun
 OLDEST = tuple(int(p) for p in jax.__version__.split(".")[:2]) < (0, 11)
 """Whether this is the oldest stack (jax 0.10), where the noxfile runs less of the suite."""
 
-# On a 2-process cluster, every problem has one right answer of the corpus checked
-# from the command line, as a reader runs it (test_solutions.py), and every reference
-# runs and gives the same bits as on one process (tests/distributed/
-# test_problems_across_processes.py). The references of these Parts are also checked
-# on a cluster by the checker (tests/distributed/test_checker_across_processes.py).
-REFERENCES_CHECKED_ON_A_CLUSTER = ("scale",)
-
-
-def reference_checked_on_a_cluster(name: str) -> bool:
-    """Whether the problem's reference, besides a right answer, is checked on a cluster."""
-    return get_problem(name).page.split("/")[0] in REFERENCES_CHECKED_ON_A_CLUSTER
-
 
 def judged(problem: Problem, solution: Callable[..., Any], case: Case) -> tuple[str, str]:
     """The checker's verdict on ``solution`` for ``case`` at this process' device count."""
@@ -94,9 +82,11 @@ def check_here(
     8 (one on 1 device, where they are all alike), and no random ones: a mistake
     shows on those, in a fraction of the time (every case compiles its own programs;
     an eager ``shard_map`` compiles each of its operations anew at every call, a
-    thousand programs for a ring of 8). ``lean`` keeps the first of the four, and the
-    largest case whose bytes held (or their growth) a budget limits, if any, and none on 1 device; ``"eager"`` keeps the statement's example and that largest, if any (else
-    the first split case if the example's mesh has one device).
+    thousand programs for a ring of 8). ``lean`` keeps the example and one split
+    case: the largest whose bytes held (or their growth) a budget limits if any, else
+    the first (on 1 device, the first two cases); ``"eager"`` keeps the example and
+    that largest, if any (else the first split case if the example's mesh has one
+    device).
     With ``refusals``, the inputs the statement refuses too (after those few), as a
     check runs them: cheap, since a right answer raises before it computes; the tests
     of what the checker says about a mistake leave them out, to read its verdicts alone.
@@ -118,21 +108,22 @@ def check_here(
     if not lean:
         cases = every[:2] + split[: 4 if jax.device_count() > 1 else 1]
     else:
-        # On 8: the first split case, and the last whose budget limits the bytes held
-        # (the largest: where a right answer comes closest to the limit), if any.
+        # The split cases past the first whose budget limits the bytes held (or their
+        # growth): the last is the largest, where a right answer comes closest to it.
         held = [
             c
             for c in split[1:]
             if problem.budget and {"held", "growth"} & set(problem.budget.limits(c.args))
         ]
         # On 1 device every mesh has one device: the example and the smallest case. On
-        # 8, the example and the split ones (the second case, an edge of one device or
-        # none, is the 1-device pass's).
-        cases = every[:2] if jax.device_count() == 1 else every[:1] + split[:1] + held[-1:]
+        # 8, the example and one split case: the largest a budget of bytes held limits
+        # if any, else the first (the second case, an edge of one device or none, is
+        # the 1-device pass's).
+        cases = every[:2] if jax.device_count() == 1 else every[:1] + (held[-1:] or split[:1])
         if OLDEST and jax.device_count() > 1:
-            # jax 0.10 differs in how its programs print, not in what a case asks: one
-            # split case, the held one if any (the newest runs both).
-            cases = every[:1] + (held[-1:] or split[:1])
+            # jax 0.10 differs in how its programs print, not in what a case asks: that
+            # split case alone (the newest runs the example too).
+            cases = (held[-1:] or split[:1]) or every[:1]
         if lean == "eager":
             # Eager code compiles each operation of each call anew (a thousand programs
             # for a ring of 8 on one case): the statement's example, and the largest case

@@ -40,9 +40,29 @@ def test_a_product_with_a_constant_zero_uses_neither_factor(f):
 @pytest.mark.parametrize(
     "f",
     [
+        lambda x, y: x + jnp.minimum(jnp.abs(y), 0),
+        lambda x, y: x + jnp.maximum(-jnp.abs(y), 0.0),
+        lambda x, y: x + (y - y),
+        lambda x, y: x + jnp.minimum(jnp.square(y), 0) * 2.0,
+        lambda x, y: x - jnp.clip(-(y**2), 0, 1),  # inside clip's nested program
+        lambda x, y: x + jax.nn.relu(-jnp.exp(y)),  # inside relu's custom derivative
+    ],
+    ids=["min_abs", "max_minus_abs", "difference_with_itself", "min_square", "clip", "relu"],
+)
+def test_a_value_zero_whatever_its_operand_holds_uses_none_of_it(f):
+    # A token collective hides behind such zeros: min(|psum(...)|, 0) adds nothing.
+    found = _flow(f, jnp.arange(3.0), jnp.ones(3))
+    assert found.inputs == (True, False)
+
+
+@pytest.mark.parametrize(
+    "f",
+    [
         lambda x, y: x * y,
         lambda x, y: x + 0 * x + y,
-        lambda x, y: x * (y - y),  # a zero computed at run time is not recognised
+        lambda x, y: x * (y - x),  # a difference of two values: not zero
+        lambda x, y: x + jnp.minimum(y * y, 1.0),  # never negative, but not zero
+        lambda x, y: x + jnp.maximum(-jnp.abs(y), -1.0),  # never positive, but not zero
         lambda x, y: jnp.where(x > 0, x, y),
     ],
 )

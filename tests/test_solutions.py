@@ -56,10 +56,11 @@ def test_every_problem_has_four_right_answers_and_two_wrong_ones():
 
 @pytest.mark.parametrize("path", _files("right"), ids=_id)
 def test_a_right_answer_passes(path):
-    # The statement's first two cases and two whose mesh has several devices on 8 (one
-    # on 1 device, where every mesh has one): the edges each statement lists first, and
-    # the layouts that differ. The command-line test below runs every case and random
-    # ones, on 1 device and a cluster.
+    # On 8 devices the statement's example and one case whose mesh has several devices
+    # (the largest a budget of bytes held limits, where a right answer comes closest to
+    # it); on 1 device, where every mesh has one, the first two cases, the edges each
+    # statement lists first; and the inputs the statement refuses. The command-line
+    # test below runs every case and random ones on a cluster.
     # An eager answer (its name says so) on fewer: each of its calls compiles anew.
     report = check_here(
         path.parent.name, path, lean="eager" if "eager" in path.stem else True, refusals=True

@@ -7,8 +7,11 @@ NaN, so the product is not zero for every ``x``): a collective whose result is
 multiplied by zero, and added to an answer computed another way, stays in the
 compiled program, runs and moves its bytes. This module walks the program JAX
 traced (its jaxpr) back from the outputs, the way data flows, and stops at a
-product with a constant zero. It is a teaching aid's check for the usual shortcut,
-not a proof: a zero computed at run time (``x - x``) is not recognised.
+product with a constant zero, or at any other value that is zero whatever its
+operands hold: ``x - x``, ``min(abs(x), 0)``, ``max(-x**2, 0)`` (it follows the sign of
+each value: what ``abs``, squares and ``exp`` give is never negative). It is a teaching
+aid's check for the usual shortcuts, not a proof: a zero that takes arithmetic to see
+(``x * 1e-30`` added to numbers that drown it) is not recognised.
 """
 
 from __future__ import annotations
@@ -82,7 +85,8 @@ def flow(jaxpr: Any) -> Flow:
 
     Returns:
       A :class:`Flow`. A product with a constant zero is a constant: it depends on
-      neither factor;
+      neither factor; so is any value that is zero whatever its operands hold
+      (``x - x``, ``min(abs(x), 0)``);
       a nested program (``shard_map``, ``jit``, custom derivatives, ``checkpoint``)
       is followed inside; loops and conditionals are taken whole.
 
@@ -98,6 +102,12 @@ def flow(jaxpr: Any) -> Flow:
       (['add', 'sin'], (True, False))
       >>> flow(jax.make_jaxpr(lambda x, y: x * y)(1.0, 2.0)).inputs
       (True, True)
+      >>> def token(x, y):  # y's part is zero for every finite y: min(|y|, 0), y - y
+      ...     return x + jnp.minimum(jnp.abs(y), 0) + (y - y) + jnp.clip(-(y * y), 0, 1)
+      >>> flow(jax.make_jaxpr(token)(1.0, 2.0)).inputs
+      (True, False)
+      >>> flow(jax.make_jaxpr(lambda x, y: x + jnp.minimum(y * y, 1))(1.0, 2.0)).inputs
+      (True, True)
     """
     inner = getattr(jaxpr, "jaxpr", jaxpr)
     if not hasattr(inner, "eqns") or not hasattr(inner, "outvars"):
@@ -105,9 +115,8 @@ def flow(jaxpr: Any) -> Flow:
             f"jaxpr must be a traced program (a ClosedJaxpr or a Jaxpr), got {type(jaxpr).__name__}"
         )
         raise TypeError(msg)
-    zeros = _constant_zeros(jaxpr)
     found: set[str] = set()
-    inputs = _walk(inner, [True] * len(inner.outvars), found, zeros)
+    inputs = _walk(inner, [True] * len(inner.outvars), found, _constant_zeros(jaxpr))
     return Flow(frozenset(found), tuple(inputs))
 
 
@@ -115,41 +124,146 @@ def _is_var(value: Any) -> bool:
     return hasattr(value, "aval") and not hasattr(value, "val")  # a Literal has .val
 
 
-def _is_zero(value: Any, zeros: set[Any]) -> bool:
+# What is known of a value whatever the program's inputs hold (for finite numbers): that
+# it is zero, never negative, or never positive.
+ZERO, NONNEG, NONPOS = "0", ">=0", "<=0"
+Signs = dict[Any, str]
+
+# Operations whose result is never negative, whatever their operand: zero where it is.
+_NONNEGATIVE = frozenset({"abs", "exp", "exp2", "sqrt", "square"})
+
+
+def _sign(value: Any, signs: Signs) -> str | None:
+    """What is known of ``value``'s sign: :data:`ZERO`, :data:`NONNEG`, :data:`NONPOS`, None."""
     if hasattr(value, "val"):  # a Literal: a constant written into the program
         try:
-            return bool(np.all(np.asarray(value.val) == 0))
+            held = np.asarray(value.val)
+            if np.all(held == 0):
+                return ZERO
+            if np.all(held >= 0):
+                return NONNEG
+            if np.all(held <= 0):
+                return NONPOS
         except (TypeError, ValueError):
-            return False
-    return value in zeros
+            return None
+        return None
+    return signs.get(value)
 
 
-def _constant_zeros(jaxpr: Any) -> set[Any]:
+def _is_zero(value: Any, signs: Signs) -> bool:
+    return _sign(value, signs) == ZERO
+
+
+def _at_least(sign: str | None, bound: str) -> bool:
+    """Whether a value of ``sign`` is known to be ``bound`` (zero counts as both bounds)."""
+    return sign in (ZERO, bound)
+
+
+def _constant_zeros(jaxpr: Any) -> Signs:
     """The variables of a closed program's top level bound to constant zero arrays."""
-    zeros: set[Any] = set()
+    signs: Signs = {}
     inner = getattr(jaxpr, "jaxpr", jaxpr)
     for var, const in zip(
         getattr(inner, "constvars", ()), getattr(jaxpr, "consts", ()) or (), strict=False
     ):
         try:
             if np.size(const) <= 1 << 16 and bool(np.all(np.asarray(const) == 0)):
-                zeros.add(var)
+                signs[var] = ZERO
         except (TypeError, ValueError):
             continue
-    return zeros
+    return signs
 
 
-def _forward_zeros(jaxpr: Any, zeros: set[Any]) -> set[Any]:
-    """``zeros`` and the variables computed from them that are zero too."""
-    zeros = set(zeros)
+def _sign_of(equation: Any, signs: Signs) -> str | None:
+    """What is known of the sign of ``equation``'s (one) result, from its operands'."""
+    name = equation.primitive.name
+    operands = list(equation.invars)
+    known = [_sign(v, signs) for v in operands]
+    if name in _KEEPS_ZERO and operands:
+        return known[0]
+    if name in _NONNEGATIVE or (
+        name == "integer_pow" and int(equation.params.get("y", 1)) % 2 == 0
+    ):
+        return ZERO if known and known[0] == ZERO else NONNEG
+    if name == "neg" and known:
+        return {ZERO: ZERO, NONNEG: NONPOS, NONPOS: NONNEG}.get(known[0] or "")
+    if len(operands) != 2:
+        if name == "select_n" and len(known) > 1 and all(k == ZERO for k in known[1:]):
+            return ZERO  # every case it chooses from is zero
+        return None
+    a, b = known
+    same = _is_var(operands[0]) and operands[0] is operands[1]
+    if name == "mul":
+        if ZERO in known:
+            return ZERO
+        if same or (a == b and a is not None):
+            return NONNEG
+        if {a, b} == {NONNEG, NONPOS}:
+            return NONPOS
+    elif name == "sub":
+        if same:
+            return ZERO
+        if _at_least(a, NONNEG) and _at_least(b, NONPOS):
+            return ZERO if a == b == ZERO else NONNEG
+        if _at_least(a, NONPOS) and _at_least(b, NONNEG):
+            return NONPOS
+    elif name == "add":
+        if a == b == ZERO:
+            return ZERO
+        for bound in (NONNEG, NONPOS):
+            if _at_least(a, bound) and _at_least(b, bound):
+                return bound
+    elif name == "max":
+        if (a == ZERO and _at_least(b, NONPOS)) or (b == ZERO and _at_least(a, NONPOS)):
+            return ZERO
+        if _at_least(a, NONNEG) or _at_least(b, NONNEG):
+            return NONNEG
+        if _at_least(a, NONPOS) and _at_least(b, NONPOS):
+            return NONPOS
+    elif name == "min":
+        if (a == ZERO and _at_least(b, NONNEG)) or (b == ZERO and _at_least(a, NONNEG)):
+            return ZERO
+        if _at_least(a, NONPOS) or _at_least(b, NONPOS):
+            return NONPOS
+        if _at_least(a, NONNEG) and _at_least(b, NONNEG):
+            return NONNEG
+    return None
+
+
+def _forward_signs(jaxpr: Any, signs: Signs) -> Signs:
+    """``signs`` and what follows for the variables ``jaxpr`` computes from them.
+
+    A nested program called once (:data:`_CALLS`) is followed inside, from what is
+    known of its operands, and its results' signs come back out.
+    """
+    signs = dict(signs)
     for equation in jaxpr.eqns:
-        name = equation.primitive.name
-        operands = [v for v in equation.invars if _is_var(v) or hasattr(v, "val")]
-        if (name in _KEEPS_ZERO and operands and _is_zero(operands[0], zeros)) or (
-            name == "mul" and any(_is_zero(v, zeros) for v in equation.invars)
-        ):
-            zeros.update(v for v in equation.outvars if _is_var(v))
-    return zeros
+        nested = _nested_one_to_one(equation)
+        if nested is not None:
+            program = getattr(nested, "jaxpr", nested)
+            inner = _forward_signs(program, _seeds(nested, equation, signs))
+            for outer, result in zip(equation.outvars, program.outvars, strict=True):
+                found = _sign(result, inner)
+                if found is not None and _is_var(outer):
+                    signs[outer] = found
+            continue
+        if len(equation.outvars) != 1 or not _is_var(equation.outvars[0]):
+            continue
+        found = _sign_of(equation, signs)
+        if found is not None:
+            signs[equation.outvars[0]] = found
+    return signs
+
+
+def _seeds(nested: Any, equation: Any, signs: Signs) -> Signs:
+    """What is known of a nested program's inputs, from its call's operands, and its zeros."""
+    program = getattr(nested, "jaxpr", nested)
+    seeds = _constant_zeros(nested)
+    for inner, outer in zip(program.invars, equation.invars, strict=True):
+        found = _sign(outer, signs)
+        if found is not None:
+            seeds[inner] = found
+    return seeds
 
 
 def _nested_one_to_one(equation: Any) -> Any | None:
@@ -184,24 +298,24 @@ def _all_primitives(equation: Any, found: set[str]) -> None:
                 pending.extend(getattr(nested, "eqns", ()))
 
 
-def _walk(jaxpr: Any, live_outputs: Sequence[bool], found: set[str], zeros: set[Any]) -> list[bool]:
+def _walk(jaxpr: Any, live_outputs: Sequence[bool], found: set[str], signs: Signs) -> list[bool]:
     """Mark what the live outputs of ``jaxpr`` depend on; return which inputs they do."""
-    zeros = _forward_zeros(jaxpr, zeros)
+    signs = _forward_signs(jaxpr, signs)
     live = {
         v for v, wanted in zip(jaxpr.outvars, live_outputs, strict=True) if wanted and _is_var(v)
     }
     for equation in reversed(jaxpr.eqns):
         outputs = [_is_var(v) and v in live for v in equation.outvars]
-        if not any(outputs) or all(v in zeros for v in equation.outvars):
-            continue  # unused, or a constant zero whatever its operands hold
+        if not any(outputs) or all(_is_zero(v, signs) for v in equation.outvars):
+            continue  # unused, or zero whatever its operands hold
         name = equation.primitive.name
         found.add(name)
         if name == "mul" and len(equation.invars) == 2:
             left, right = equation.invars
-            reached = [not _is_zero(right, zeros), not _is_zero(left, zeros)]
+            reached = [not _is_zero(right, signs), not _is_zero(left, signs)]
         elif (nested := _nested_one_to_one(equation)) is not None:
             reached = _walk(
-                getattr(nested, "jaxpr", nested), outputs, found, _constant_zeros(nested)
+                getattr(nested, "jaxpr", nested), outputs, found, _seeds(nested, equation, signs)
             )
         else:
             _all_primitives(equation, found)

@@ -1,9 +1,10 @@
 """The checker on a 2-process x 4-device cluster: ``check(..., processes=2)``, ``--processes 2``.
 
 Each process of the cluster sends back the shards it holds; the checker puts every
-output back together and judges it as on one process. These tests run the references
-of Part VI (a right answer of every problem: test_solutions.py), a bug that only a
-cluster shows, and a hang in one process only.
+output back together and judges it as on one process. A right answer of every
+problem passes the command line on a cluster (test_solutions.py), and every reference
+runs on one (test_problems_across_processes.py); these tests run a bug that only a
+cluster shows, and a hang or a crash in one process only.
 """
 
 from __future__ import annotations
@@ -12,10 +13,9 @@ import subprocess
 import sys
 
 import pytest
-from judging import pasted_reference, reference_checked_on_a_cluster
+from judging import pasted_reference
 
-from shard_tutorial import PROBLEMS, check, reference_copy
-from shard_tutorial.checker import RANDOM_CASES
+from shard_tutorial import check
 from shard_tutorial.launcher import COORDINATOR
 
 pytestmark = [pytest.mark.subprocesses, pytest.mark.distributed]
@@ -65,23 +65,6 @@ def tagged(monkeypatch, tagged_env):
     for key, value in tagged_env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv(COORDINATOR, raising=False)
-
-
-@pytest.mark.usefixtures("tagged")
-@pytest.mark.parametrize("name", [n for n in PROBLEMS if reference_checked_on_a_cluster(n)])
-def test_the_references_of_part_vi_pass_on_a_cluster(name, tmp_path):
-    # Every problem's right answer of the corpus passes on a cluster from the command
-    # line (test_solutions.py), and every reference runs there (test_problems_across_
-    # processes.py); Part VI's references pass the check itself too (judging.py).
-    problem = PROBLEMS[name]
-    solution = reference_copy(problem, tmp_path)  # the package's own is judged REFERENCE
-    report = check(problem, solution, devices=(8,), processes=2, seed=11)
-    assert [run.name for run in report.runs] == [CLUSTER]
-    assert report.passed, str(report)
-    run = report.runs[0]
-    assert len(run.results) == len(problem.cases) + RANDOM_CASES
-    assert run.processes == 2
-    assert run.devices == 8
 
 
 @pytest.mark.usefixtures("tagged")
