@@ -115,15 +115,16 @@ ORACLE_ONLY = [
         "ulysses_attention",
     )
 ]  # fmt: skip
-# The checker's tests of one problem's verdicts, beyond the corpus: on the oldest stack
-# the corpus of answers (tests/test_solutions.py) judges every problem's right answers
-# and classic mistakes, which is what can differ with JAX's version (how its programs
-# print); these files' further cases run on the newest, at 8 devices and at 1.
+# The checker's tests of verdicts beyond the corpus (one problem's further cases, and the
+# shortcuts and right styles of the checker's first doors): on the oldest stack the
+# corpus of answers (tests/test_solutions.py) judges every problem's right answers and
+# classic mistakes, which is what can differ with JAX's version (how its programs
+# print); these files run on the newest, at 8 devices and at 1.
 CHECKER_EXTRAS = [
     f"tests/test_checker_{name}.py"
     for name in (
         "data_parallel_sgd_step", "fsdp_sgd_step", "nnx_data_parallel_step",
-        "tensor_parallel_mlp", "zero_adam_step", "pipeline_train_step",
+        "tensor_parallel_mlp", "zero_adam_step", "pipeline_train_step", "doors", "collectives",
     )
 ]  # fmt: skip
 PAGE_MODELS = [

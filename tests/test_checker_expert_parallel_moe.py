@@ -150,12 +150,6 @@ def test_a_readers_right_solution_passes_jitted(tmp_path, body):
     assert report.passed, str(report)
 
 
-@pytest.mark.parametrize("label", [ONE_PER_DEVICE, TWO_PER_DEVICE])
-def test_a_readers_right_solution_passes_eagerly(tmp_path, label):
-    # Eager shard_map compiles every operation on its own: two cases, not the six of a check.
-    assert _judged(tmp_path, RIGHT_WITH_IDS, label, call="layer")[0] == "pass"
-
-
 def test_argmax_over_the_devices_own_experts_fails_with_its_explanation(tmp_path, device_count):
     status, message = _judged(tmp_path, LOCAL_ARGMAX, ONE_PER_DEVICE)
     if device_count == 1:  # one device holds every expert: right values, nothing to send

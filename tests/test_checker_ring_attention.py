@@ -102,15 +102,6 @@ def _load(tmp_path, parts):
     return load_solution({"kind": "file", "path": str(path), "function": NAME})
 
 
-def test_a_readers_right_solution_passes_eagerly(tmp_path):
-    # Eager: every operation of every hop is a small program of its own (10 to 30 s a
-    # case), none of which holds k and v whole; the statement's example and the big
-    # case, the one with a budget of bytes held.
-    solution = _load(tmp_path, RIGHT)
-    for case in (PROBLEM.cases[0], BIG):
-        assert judged(PROBLEM, solution, case)[0] == "pass", case.label
-
-
 def test_a_readers_jitted_solution_passes(tmp_path):
     # A right answer's cases (judging.py), the big one with a budget of bytes held among them.
     report, text = _check(tmp_path, JITTED, lean=True)
