@@ -130,3 +130,32 @@ def test_an_eager_shard_maps_copies_of_its_arguments_count_once():
     assert doubled
     assert doubled[0].held_before <= 4096  # split's block; whole once, as input
     del out
+
+
+def test_an_array_made_out_of_sight_is_unknown_and_its_user_is_named():
+    # Made in another thread (the recording is the calling thread's) or by a program
+    # compiled ahead of time: the lineage counts it as unknown and names the program
+    # that took it in, which the judge points the reader at.
+    import concurrent.futures  # noqa: PLC0415
+
+    x = jnp.arange(4.0)
+    earlier = jax.live_arrays()
+    with record() as recording:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            unseen = pool.submit(lambda: jnp.sin(x)).result()
+        compiled = jax.jit(jnp.cos).lower(x).compile()(x)
+        result = jax.jit(lambda a, b, c: a + b + c)(unseen, compiled, x)
+    lineage = recording.lineage(result, (x,), earlier=earlier)
+    assert lineage.unknown == 2
+    (user,) = lineage.unknown_users
+    assert user is lineage.made_by[0]  # the program that added them up
+
+
+def test_prng_keys_wrapped_without_a_program_are_known_by_their_data():
+    earlier = jax.live_arrays()
+    with record() as recording:
+        key = jax.random.fold_in(jax.random.key(0), 3)  # wrapped and unwrapped in Python
+        result = jax.random.normal(key, (3,))
+    lineage = recording.lineage(result, (), earlier=earlier)
+    assert lineage.unknown == 0
+    assert lineage.unknown_users == ()
