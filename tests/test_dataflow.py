@@ -138,3 +138,30 @@ def test_a_program_whose_answer_is_an_input_records_nothing_live():
     assert "shard_map" in run.primitives
     assert run.live == frozenset()
     assert run.live_inputs == (False, True)
+
+
+def test_an_operation_in_one_branch_of_a_cond_may_never_run():
+    # A collective behind a predicate no input makes true: it is in the program, and
+    # runs in none of the checker's cases; what every branch computes reaches the output.
+    def one_branch(x, y):
+        return jax.lax.cond(jnp.sum(x) > 1e30, lambda: jnp.sin(y), lambda: jnp.cos(x))
+
+    found = _flow(one_branch, jnp.arange(3.0), jnp.ones(3))
+    assert "sin" not in found.primitives
+    assert "cos" not in found.primitives
+    assert found.inputs == (True, True)  # either branch may run: y may be read
+
+    def both_branches(x, y):
+        return jax.lax.cond(jnp.sum(x) > 0, lambda: jnp.sin(y) + x, lambda: jnp.sin(x) * y)
+
+    assert "sin" in _flow(both_branches, jnp.arange(3.0), jnp.ones(3)).primitives
+
+
+def test_a_cond_on_a_python_bool_walks_the_branch_it_picks():
+    def known(x, y):
+        return jax.lax.cond(True, lambda: jnp.sin(y), lambda: jnp.cos(x))
+
+    found = _flow(known, jnp.arange(3.0), jnp.ones(3))
+    assert "sin" in found.primitives
+    assert "cos" not in found.primitives
+    assert found.inputs == (False, True)

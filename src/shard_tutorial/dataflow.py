@@ -317,8 +317,47 @@ def _walk(jaxpr: Any, live_outputs: Sequence[bool], found: set[str], signs: Sign
             reached = _walk(
                 getattr(nested, "jaxpr", nested), outputs, found, _seeds(nested, equation, signs)
             )
+        elif name == "cond" and equation.params.get("branches"):
+            reached = _walk_branches(equation, outputs, found, signs)
         else:
             _all_primitives(equation, found)
             reached = [True] * len(equation.invars)
         live.update(v for v, r in zip(equation.invars, reached, strict=True) if r and _is_var(v))
     return [v in live for v in jaxpr.invars]
+
+
+def _walk_branches(
+    equation: Any, outputs: Sequence[bool], found: set[str], signs: Signs
+) -> list[bool]:
+    """:func:`_walk` of a ``lax.cond`` (or ``lax.switch``): which of its operands are used.
+
+    Its first operand picks the branch that runs. A constant one (a Python ``bool``
+    given to ``lax.cond``) picks one branch: only that one is walked. Otherwise any
+    branch may run, and an operand counts if one of them uses it; but an operation
+    counts as reaching the outputs only if every branch has it live: one that a single
+    branch holds may never run (a collective behind a predicate no case makes true).
+    """
+    branches = list(equation.params["branches"])
+    index, operands = equation.invars[0], list(equation.invars[1:])
+    if hasattr(index, "val"):  # a Literal: the branch is known when the program is traced
+        try:
+            chosen = int(np.clip(int(np.asarray(index.val)), 0, len(branches) - 1))
+        except (TypeError, ValueError):
+            chosen = None
+        if chosen is not None:
+            branches = [branches[chosen]]
+    used = [False] * len(operands)
+    each: list[set[str]] = []
+    for branch in branches:
+        program = getattr(branch, "jaxpr", branch)
+        seeds = _constant_zeros(branch)
+        for inner, outer in zip(program.invars, operands, strict=True):
+            known = _sign(outer, signs)
+            if known is not None:
+                seeds[inner] = known
+        live: set[str] = set()
+        reached = _walk(program, outputs, live, seeds)
+        used = [a or b for a, b in zip(used, reached, strict=True)]
+        each.append(live)
+    found.update(set.intersection(*each) if each else set())
+    return [not hasattr(index, "val"), *used]
