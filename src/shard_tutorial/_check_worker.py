@@ -397,7 +397,8 @@ def answer(
         # What the call keeps between programs is counted in one process only: a cluster's
         # transfers from the host keep copies of their own (measured: 139,296 bytes kept
         # for fsdp_sgd_step's B=256 case, two whole copies of x, where one process keeps none).
-        recording.earlier = None if shards else frozenset(id(array) for array in earlier)
+        recording.existed = frozenset(id(array) for array in earlier)
+        recording.earlier = None if shards else recording.existed
         began = time.perf_counter()
         try:
             received = jax.block_until_ready(solution(*args))

@@ -225,7 +225,7 @@ def judge(
             + (diagnosis or "right")
         )
     if diagnosis is not None:
-        return "fail", diagnosis
+        return "fail", diagnosis + _what_ran(how, devices, diagnosis)
     for name, item, _ in labelled:
         if item["kind"] == "numpy":
             return "fail", _named(name, (
@@ -253,6 +253,53 @@ def judge(
         if wrong is not None:
             return "placement", _named(name, wrong)
     return "pass", note
+
+
+RAN_NO_COLLECTIVE = "the program that computed it runs no collective over more than one device"
+"""Added to a wrong value's bare message on several devices whose program combined nothing."""
+RAN = "the program that computed it runs "
+"""How the note on a wrong value's bare message begins (see :func:`_what_ran`)."""
+
+
+def explained(message: str) -> bool:
+    """Whether a wrong value's message says more than where the values differ.
+
+    A bare difference is one clause (``"value: expected 496.0, received 6.0"``); a
+    problem that recognises the mistake adds sentences (``... received 6.0. That is
+    the sum of ...``).
+
+    Examples:
+      >>> from shard_tutorial.judge import explained
+      >>> explained("value: expected 496.0, received 6.0")
+      False
+      >>> explained("value: expected 496.0, received 6.0. That is one device's partial sum.")
+      True
+    """
+    return ". " in message or message.rstrip().endswith(".")
+
+
+def _what_ran(how: dict[str, Any] | None, devices: int, message: str) -> str:
+    """For a bare wrong value on several devices: the collectives its program ran.
+
+    ``" (the program that computed it runs 1 all-reduce of 4 bytes over 8 devices)"``,
+    or that it ran none: what the reader needs to tell a collective left out from
+    one that combines the wrong thing. Empty on one device, where the message says
+    more than the difference, or where the programs are not known.
+    """
+    if devices < 2 or how is None or "error" in how or explained(message):
+        return ""
+    programs = list(how.get("programs", []))
+    if not programs:
+        return ""
+    found = [
+        c
+        for p in programs
+        for c in parse_collectives(str(p.get("text", "")))
+        if c.explicit and (c.group_size or int(p.get("devices", 1))) > 1
+    ]
+    if not found:
+        return f" ({RAN_NO_COLLECTIVE})"
+    return f" ({RAN}{_listed(found)})"
 
 
 def _judge_how(

@@ -192,12 +192,16 @@ class Recording:
       intact: False if something replaced the recorder's hooks in JAX during the call.
       earlier: the ``id`` of each array alive when the recording started (see
         :meth:`held_besides`); None: not known, and nothing is counted.
+      existed: the ``id`` of each array alive when the recording started, whether or
+        not :attr:`earlier` counts them: where a copy read through the host (see
+        :func:`_same_values`) looks for its source first.
     """
 
     runs: list[Run] = dataclasses.field(default_factory=list)
     copies: list[Copy] = dataclasses.field(default_factory=list)
     intact: bool = True
     earlier: frozenset[int] | None = None
+    existed: frozenset[int] = frozenset()
     _counter: Iterator[int] = dataclasses.field(default_factory=itertools.count, repr=False)
     # held_besides' count of the references the recording holds to each output, by id, and
     # how many runs and copies it has counted so far.
@@ -433,15 +437,20 @@ def _root(copy_of: dict[int, int], key: int) -> int:
     return key
 
 
-def _same_values(values: np.ndarray, before: set[int]) -> Any:
+def _same_values(values: np.ndarray, before: set[int], known: frozenset[int] = frozenset()) -> Any:
     """An array that lived before (its ``id`` in ``before``) whose values are ``values``.
 
     Where the match is one block of a larger array that lived before (see
-    :func:`_blocks`), the larger array is the source. None if there is none.
+    :func:`_blocks`), the larger array is the source. Arrays in ``known`` (the call's
+    arguments and what the recording saw made) are tried first: jax 0.10 keeps a
+    twin of a one-device array it has read, the same buffer under another ``id``,
+    which no recorded event made. None if there is none.
     """
     if values.size == 0:
         return None
-    live = [a for a in jax.live_arrays() if id(a) in before]
+    live = sorted(
+        (a for a in jax.live_arrays() if id(a) in before), key=lambda a: _key(a) not in known
+    )
     blocks = _blocks(live)
     for array in live:
         if array.shape != values.shape or array.dtype != values.dtype:
@@ -718,7 +727,9 @@ class _Hooks:
                 host = np.asarray(made) if made.is_fully_addressable else np.empty(0)
                 # The same values as an array that is still alive: a new layout of that
                 # array, read through the host (as shard_tutorial.place does), not host data.
-                source = _same_values(host, before)
+                events: list[Run | Copy] = [*recording.runs, *recording.copies]
+                known = recording.existed | {_key(o) for event in events for o in event.outputs}
+                source = _same_values(host, before, known)
                 with _LOCK:
                     recording.copies.append(
                         Copy(
