@@ -489,10 +489,7 @@ class _Check:
                         f"not run, after {why} that stopped the process running the solution",
                     )
                 break
-        ordered = tuple(
-            results.get(i) or self.result(i, "not run")
-            for i in range(len(self.cases))
-        )
+        ordered = tuple(results.get(i) or self.result(i, "not run") for i in range(len(self.cases)))
         return DeviceRun(devices, ordered, processes=processes)
 
     def _cancelled(self) -> bool:

@@ -42,7 +42,8 @@ def shard_map_double(x):
 """
 
 # Right on every case (a pasted copy of the reference: the package's own is judged
-# REFERENCE), but process 1 never finishes the first one (length 2).
+# REFERENCE), but process 1 never finishes the first one (float32, length 2; the inputs
+# the statement refuses, which come last, are not arrays of floats).
 HANGS_ON_PROCESS_1 = (
     pasted_reference("shard_map_double")
     + """\
@@ -52,7 +53,7 @@ import jax
 
 
 def shard_map_double(x):
-    if jax.process_index() == 1 and x.shape == (2,):
+    if jax.process_index() == 1 and getattr(x, "dtype", None) == "float32" and x.shape == (2,):
         time.sleep(1000)
     return reference(x)
 """
@@ -79,7 +80,9 @@ def test_the_references_of_part_vi_pass_on_a_cluster(name, tmp_path):
     assert [run.name for run in report.runs] == [CLUSTER]
     assert report.passed, str(report)
     run = report.runs[0]
-    assert len(run.results) == len(problem.cases) + RANDOM_CASES
+    # The inputs the statement refuses too: every process of the cluster refuses them.
+    assert len(run.results) == len(problem.cases) + RANDOM_CASES + len(problem.refusals)
+    assert [r.label for r in run.results if r.raises] == [c.label for c in problem.refusals]
     assert run.processes == 2
     assert run.devices == 8
 
@@ -88,12 +91,14 @@ def test_the_references_of_part_vi_pass_on_a_cluster(name, tmp_path):
 def test_a_mesh_of_local_devices_passes_on_one_process_and_fails_on_a_cluster(tmp_path):
     solution = tmp_path / "local_mesh.py"
     solution.write_text(LOCAL_MESH)
-    alone = check("shard_map_double", solution, devices=(8,), seed=5)
+    # It checks no arguments: the inputs the statement refuses are left out, to read the
+    # verdict on the mesh alone.
+    alone = check("shard_map_double", solution, devices=(8,), seed=5, refusals=False)
     assert alone.passed, str(alone)
     # From the command line, on 1 device and on the cluster.
     ran = subprocess.run(
         [sys.executable, "-m", "shard_tutorial", "check", "shard_map_double", str(solution),
-         "--processes", "2", "--seed", "5"],
+         "--processes", "2", "--seed", "5", "--no-refusals"],
         capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert ran.returncode == 1, ran.stdout + ran.stderr
