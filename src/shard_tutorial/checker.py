@@ -9,12 +9,12 @@ the statement's "Raises" section refuses, each of which must raise the error nam
 there) and sends back what it returned, or raised, as plain data: values, dtype,
 shape, how the output is split over the devices, and how it was made, recorded
 during that same call (the XLA programs it came from, with their collectives and
-device counts). The verdict is
-given in the checker's own process, where the reader's code never ran
-(:mod:`shard_tutorial.judge`): the values against the problem's NumPy oracle, then
-where and how they were computed (:attr:`~shard_tutorial.problem.Problem.technique`)
-and the output's layout (:attr:`~shard_tutorial.problem.Problem.placement`). The
-report is :mod:`shard_tutorial.report`'s; a cluster's answers are put together by
+device counts). The verdict is given in the checker's own process, where the
+reader's code never ran (:mod:`shard_tutorial.judge`): the values against the
+problem's NumPy oracle, then where and how they were computed
+(:attr:`~shard_tutorial.problem.Problem.technique`) and the output's layout
+(:attr:`~shard_tutorial.problem.Problem.placement`); for a refused input, the error
+raised. The report is :mod:`shard_tutorial.report`'s; a cluster's answers are put together by
 :mod:`shard_tutorial.assembly`.
 
 The checker is a teaching aid: it catches the usual shortcuts (an answer computed
