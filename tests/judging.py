@@ -150,7 +150,9 @@ def check_here(
     results = []
     for case in cases:
         status, message = judged(problem, solution, case)
-        results.append(CaseResult(case.label, problem.describe(case), status, message))
+        results.append(
+            CaseResult(case.label, problem.describe(case), status, message, raises=case.raises)
+        )
         if until is not None and until(results[-1]):
             break
     run = DeviceRun(jax.device_count(), tuple(results))

@@ -27,11 +27,13 @@ from shard_tutorial.problems import get_problem
 
 pytestmark = [pytest.mark.subprocesses, pytest.mark.once]
 
-# The problem's first two cases and no random ones: what is tested is the process.
+# The problem's first two cases, no random ones and no refused inputs: what is tested
+# is the process.
 SHORT_PSUM = dataclasses.replace(
     get_problem("shard_map_psum"),
     make_cases=lambda: get_problem("shard_map_psum").cases[:2],
     generate=None,
+    make_refusals=None,
 )
 REFERENCE = pasted_reference("shard_map_psum")
 

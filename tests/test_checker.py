@@ -29,7 +29,7 @@ from processes import command_started, communicate
 
 from shard_tutorial import PROBLEMS, check, checker, reference_copy
 from shard_tutorial.__main__ import main as cli_main
-from shard_tutorial.checker import RANDOM_CASES, CheckReport
+from shard_tutorial.checker import RANDOM_CASES, CheckReport, DeviceRun
 
 # Each check runs in worker processes with their own device counts (1 and 8): the
 # suite's --devices cannot change these outcomes, so nox runs them once per Python.
@@ -60,6 +60,8 @@ def mesh_for(n):
 """
 
 # The classic mistakes of each problem's "common pitfalls", as a reader would write them.
+# None checks its arguments: their checks leave out the inputs the statements refuse
+# (refusals=False, as on the pages), to read the verdict on the mistake alone.
 WRONG = {
     "psum left out": (
         "shard_map_psum",
@@ -140,12 +142,18 @@ def test_random_cases_come_from_the_seed_given(tmp_path):
     assert report.passed, str(report)
     rng = np.random.default_rng(5)
     expected = [problem.generate(rng).label for _ in range(RANDOM_CASES)]
-    assert [r.label for r in report.runs[0].results[-RANDOM_CASES:]] == expected
+    # After the problem's own cases, before the inputs the statement refuses.
+    labels = [r.label for r in report.runs[0].results]
+    start = len(problem.cases)
+    assert labels[start : start + RANDOM_CASES] == expected
+    assert labels[start + RANDOM_CASES :] == [c.label for c in problem.refusals]
 
 
 @ONCE
 def test_a_missing_psum_passes_on_1_device_and_is_caught_on_8(tmp_path):
-    report = check("shard_map_psum", solution_file(tmp_path, WRONG["psum left out"][1]))
+    report = check(
+        "shard_map_psum", solution_file(tmp_path, WRONG["psum left out"][1]), refusals=False
+    )
     one, eight = report.runs
     # On 1 device a sum over the one device adds nothing: the statement asks for shard_map
     # alone there, and the report says those cases could not show the psum.
@@ -164,7 +172,9 @@ def test_a_missing_psum_passes_on_1_device_and_is_caught_on_8(tmp_path):
 @ONCE
 def test_an_out_specs_that_drops_blocks_is_caught(tmp_path):
     report = check(
-        "shard_map_double", solution_file(tmp_path, WRONG["out_specs says replicated"][1])
+        "shard_map_double",
+        solution_file(tmp_path, WRONG["out_specs says replicated"][1]),
+        refusals=False,
     )
     one, eight = report.runs
     assert one.passed
@@ -175,7 +185,8 @@ def test_an_out_specs_that_drops_blocks_is_caught(tmp_path):
 
 @ONCE
 def test_a_model_built_per_shard_is_caught(tmp_path):
-    report = check("shard_map_simulate", solution_file(tmp_path, WRONG["model built per shard"][1]))
+    path = solution_file(tmp_path, WRONG["model built per shard"][1])
+    report = check("shard_map_simulate", path, refusals=False)
     assert not any(run.passed for run in report.runs)
     assert "build the model once, outside the loop" in flat(str(report))
 
@@ -183,7 +194,7 @@ def test_a_model_built_per_shard_is_caught(tmp_path):
 @ONCE
 def test_blocks_joined_on_the_wrong_axis_are_caught(tmp_path):
     path = solution_file(tmp_path, WRONG["concatenated on the wrong axis"][1])
-    report = check("shard_map_simulate", path)
+    report = check("shard_map_simulate", path, refusals=False)
     assert not any(run.passed for run in report.runs)
     assert "joined along axis 1" in flat(str(report))
 
@@ -191,7 +202,7 @@ def test_blocks_joined_on_the_wrong_axis_are_caught(tmp_path):
 @ONCE
 def test_a_body_that_is_not_vmapped_is_caught_with_jaxs_error(tmp_path):
     path = solution_file(tmp_path, WRONG["per-row function on the whole block"][1])
-    report = check("shard_map_vs_vmap", path)
+    report = check("shard_map_vs_vmap", path, refusals=False)
     for run in report.runs:
         assert {r.status for r in run.results} == {"error"}
         message = flat(run.results[0].message)
@@ -231,13 +242,14 @@ def test_a_hang_is_stopped_and_the_other_cases_still_run(tmp_path):
         + textwrap.dedent(
             """
             def shard_map_psum(x):
-                while x.shape[0] == 32:
+                while np.shape(x)[:1] == (32,):  # np.shape: a refused input is not an array
                     pass
                 return reference(x)
             """
         ),
     )
-    report = check("shard_map_psum", path, devices=[1, 8], timeout=3)
+    # Seed 0's random cases have other lengths (255 and 181): one case of length 32 hangs.
+    report = check("shard_map_psum", path, devices=[1, 8], timeout=3, seed=0)
     for run in report.runs:
         statuses = {r.label: r.status for r in run.results}
         assert statuses.pop("length 32, one block per device on 8") == "timeout"
@@ -257,14 +269,15 @@ def test_a_crash_is_reported_with_the_processs_last_output(tmp_path):
             import os
 
             def shard_map_psum(x):
-                if x.shape[0] == 12:
+                if np.shape(x)[:1] == (12,):  # np.shape: a refused input is not an array
                     print("giving up on", x.shape)
                     os._exit(7)
                 return reference(x)
             """
         ),
     )
-    report = check("shard_map_psum", path, devices=[8])
+    # Seed 0's random cases have other lengths (255 and 181): one case of length 12 crashes.
+    report = check("shard_map_psum", path, devices=[8], seed=0)
     (run,) = report.runs
     crashed = [r for r in run.results if r.status == "crash"]
     assert [r.label for r in crashed] == ["length 12: split over 6 of 8 devices"]
@@ -390,6 +403,12 @@ def test_a_file_that_does_not_load_is_reported_not_raised(tmp_path):
 
 def test_a_function_from_python_is_checked_too():
     def my_psum(x):  # a local function, as in a notebook
+        if not isinstance(x, jax.Array) or x.dtype == bool:
+            msg = f"x must be an array of numbers, not {type(x).__name__}"
+            raise TypeError(msg)
+        if x.ndim != 1:
+            msg = f"x must be 1-D, got shape {x.shape}"
+            raise ValueError(msg)
         n = jax.device_count()
         while x.shape[0] % n:
             n -= 1
@@ -401,6 +420,9 @@ def test_a_function_from_python_is_checked_too():
 
     report = check("shard_map_psum", my_psum)
     assert report.passed, str(report)
+    assert sum(r.raises is not None for r in report.runs[0].results) == len(
+        PROBLEMS["shard_map_psum"].refusals
+    )
     assert report.solution == "function test_a_function_from_python_is_checked_too.<locals>.my_psum"
 
 
@@ -438,6 +460,8 @@ def test_bad_arguments_are_named():
         check("shard_map_psum", lambda x: x, seed=-1)
     with pytest.raises(ValueError, match="function='f' names a function in a file"):
         check("shard_map_psum", lambda x: x, function="f")
+    with pytest.raises(TypeError, match="refusals must be True or False, got str 'no'"):
+        check("shard_map_psum", lambda x: x, refusals="no")
     with pytest.raises(
         TypeError, match=re.escape("solution must be a function or the path of a .py file, got int")
     ):
@@ -446,13 +470,24 @@ def test_bad_arguments_are_named():
 
 @ONCE
 def test_the_report_renders_as_text_and_as_an_html_table(tmp_path):
+    # By default, with a row for each input the statement refuses, labelled as such:
+    # this mistake checks no arguments, so it computes an answer for them and fails them.
+    problem = PROBLEMS["shard_map_psum"]
     report = check("shard_map_psum", solution_file(tmp_path, WRONG["psum left out"][1]))
     assert isinstance(report, CheckReport)
     html = report._repr_html_()
     assert "<table>" in html
-    assert html.count("<tr>") == len(PROBLEMS["shard_map_psum"].cases) + RANDOM_CASES + 1
+    rows = len(problem.cases) + RANDOM_CASES + len(problem.refusals)
+    assert html.count("<tr>") == rows + 1
     assert "one device&#x27;s partial sum" in html
     assert "FAILED" in html
+    for case in problem.refusals:
+        assert f">refused ({case.raises}): {case.label}</td>" in html
+    text = flat(str(report))
+    assert "refused (ValueError): a 2-D x (x=float32[1,3]): WRONG" in text
+    assert "returned a value where the statement's Raises section asks for ValueError" in text
+    # The refused inputs fail on 1 device too; the hint is about the values all the same.
+    assert "Every case gets the right values on 1 device, but not on 8 devices" in text
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -487,18 +522,30 @@ def test_the_cli_lists_writes_starters_and_checks_with_exit_statuses(tmp_path):
     assert "NotImplementedError: write your solution here" in unfinished.stdout
 
     wrong = solution_file(tmp_path, WRONG["psum left out"][1], name="wrong.py")
-    failing = run_cli("check", "shard_map_psum", str(wrong), "--seed", "3", cwd=tmp_path)
+    failing = run_cli(
+        "check", "shard_map_psum", str(wrong), "--seed", "3", "--no-refusals", cwd=tmp_path
+    )
     assert failing.returncode == 1
-    # On 1 device every case passes (nothing to add up across devices); on 8 it is caught.
+    # On 1 device every case passes (nothing to add up across devices, and the inputs the
+    # statement refuses, which it computes an answer for, are left out); on 8 it is caught.
     failed = "FAILED (8 devices: "
     assert failed in failing.stdout
     assert "from seed 3; --seed 3" in failing.stdout
+    assert "refused (" not in failing.stdout
+    # By default those inputs run too: it does not refuse them, on any device count.
+    careless = run_cli("check", "shard_map_psum", str(wrong), "--devices", "1", cwd=tmp_path)
+    assert careless.returncode == 1, careless.stdout + careless.stderr
+    assert "FAILED (1 device: 4 of " in careless.stdout
+    assert "returned a value where the statement's Raises section asks for TypeError" in (
+        flat(careless.stdout)
+    )
 
     (tmp_path / "copy").mkdir()
     right = reference_copy("shard_map_psum", tmp_path / "copy")
     passing = run_cli("check", "shard_map_psum", str(right), "--devices", "1", cwd=tmp_path)
     assert passing.returncode == 0, passing.stdout + passing.stderr
     assert "PASSED: every case on 1 device" in passing.stdout
+    assert "refused (ValueError): a 2-D x" in passing.stdout  # the reference refuses it
 
     imported = solution_file(tmp_path, "from shard_tutorial import *\n", name="imported.py")
     refused = run_cli("check", "shard_map_psum", str(imported), "--devices", "1", cwd=tmp_path)
@@ -551,24 +598,65 @@ def test_cli_usage_errors_exit_with_status_2(tmp_path, monkeypatch, capsys, args
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("flags", "refusals"), [((), True), (("--refusals",), True), (("--no-refusals",), False)]
+)
+def test_the_cli_runs_the_refusals_unless_told_not_to(tmp_path, monkeypatch, flags, refusals):
+    # The command's own main(), in this process, with the check it calls recorded.
+    (tmp_path / "good.py").write_text("def shard_map_psum(x):\n    return x\n")
+    monkeypatch.chdir(tmp_path)
+    asked = {}
+
+    def recorded(problem, solution, **options):
+        asked.update(options)
+        return CheckReport(problem.name, str(solution), (DeviceRun(1, ()),), 0.0)
+
+    monkeypatch.setattr(checker, "check", recorded)
+    assert cli_main(["check", "shard_map_psum", "good.py", "--devices", "1", *flags]) == 0
+    assert asked["refusals"] is refusals
+
+
 @ONCE
-def test_the_refusals_run_through_the_workers_when_asked(tmp_path):
-    # Each refused input reaches the solution as it arrives; an answer that checks its
-    # argument raises the named error and passes, one that computes anyway fails.
+def test_a_default_check_runs_the_refusals_and_refusals_false_leaves_them_out(tmp_path):
+    # Each refused input reaches the solution as it arrives, after the other cases; an
+    # answer that checks its argument raises the named error and passes, one that
+    # computes anyway fails, with what the statement asks for.
     problem = PROBLEMS["shard_map_double"]
     (tmp_path / "right").mkdir()
     right = reference_copy("shard_map_double", tmp_path / "right")
-    report = check(problem, right, devices=(1,), seed=0, refusals=True)
+    report = check(problem, right, devices=(1,), seed=0)
     assert report.passed, str(report)
-    labels = [r.label for r in report.runs[0].results]
-    assert labels[-len(problem.refusals) :] == [c.label for c in problem.refusals]
-    careless = solution_file(tmp_path, "def shard_map_double(x):\n    return x * 2\n")
-    report = check(problem, careless, devices=(1,), seed=0, refusals=True)
+    results = report.runs[0].results
+    refused = results[-len(problem.refusals) :]
+    assert [r.label for r in refused] == [c.label for c in problem.refusals]
+    assert [r.raises for r in refused] == [c.raises for c in problem.refusals]
+    assert all(r.raises is None for r in results[: -len(problem.refusals)])
+    assert "refused (TypeError): a bool x" in str(report)
+    # Right in values and in technique, but blind to its arguments.
+    careless = solution_file(
+        tmp_path,
+        """
+        def shard_map_double(x):
+            mesh = mesh_for(x.shape[0])
+            x = jax.device_put(x, NamedSharding(mesh, P("data")))
+            return jax.shard_map(lambda b: b * 2.0, mesh=mesh, in_specs=P("data"),
+                                 out_specs=P("data"))(x)
+        """,
+    )
+    report = check(problem, careless, devices=(1,), seed=0)
     text = flat(str(report))
     assert not report.passed
-    assert "returned a value where the statement's Raises section asks for TypeError" in text
-    # Without refusals=True the same careless answer is judged on the cases alone.
-    assert not any(
-        r.label in labels[-len(problem.refusals) :]
-        for r in check(problem, careless, devices=(1,), seed=0).runs[0].results
-    )
+    failed = [r for r in report.runs[0].results if r.status != "pass"]
+    assert failed
+    assert all(r.raises is not None for r in failed)  # the refused inputs alone
+    assert "refused (TypeError): a bool x (x=bool[2]): WRONG" in text
+    assert (
+        "returned a value where the statement's Raises section asks for TypeError (a bool x): "
+        "check the arguments before computing with them"
+    ) in text
+    # refusals=False: the same answer is judged on the other cases alone, and passes.
+    alone = check(problem, careless, devices=(1,), seed=0, refusals=False)
+    assert alone.passed, str(alone)
+    assert all(r.raises is None for r in alone.runs[0].results)
+    assert len(alone.runs[0].results) == len(results) - len(problem.refusals)
+    assert "refused (" not in str(alone)

@@ -28,9 +28,13 @@ pytestmark = pytest.mark.subprocesses
 ONCE = pytest.mark.once
 
 PSUM = get_problem("shard_map_psum")
-# Two of the problem's cases and no random ones: enough to see each verdict.
+# Two of the problem's cases, no random ones and none of the inputs the statement refuses
+# (which most of these answers do not check): enough to see each verdict.
 SHORT_PSUM = dataclasses.replace(
-    PSUM, make_cases=lambda: get_problem("shard_map_psum").cases[:2], generate=None
+    PSUM,
+    make_cases=lambda: get_problem("shard_map_psum").cases[:2],
+    generate=None,
+    make_refusals=None,
 )
 # A right psum to build on, pasted as a reader would (the package's own is judged REFERENCE).
 REFERENCE = pasted_reference("shard_map_psum")
@@ -319,7 +323,8 @@ def test_x64_turned_on_by_the_file_does_not_change_the_expected_dtype(tmp_path):
     ],
 )
 def test_right_values_without_the_technique_get_their_own_verdict(tmp_path, problem, body, message):
-    report = check(problem, write(tmp_path, body), devices=(1,), seed=0)
+    # These answers check no arguments: the inputs the statement refuses are left out.
+    report = check(problem, write(tmp_path, body), devices=(1,), seed=0, refusals=False)
     (run,) = report.runs
     # An empty output shows no technique, and the checker asks none of it (x=float32[0]).
     flagged = [r for r in run.results if r.status == "technique"]
@@ -336,6 +341,7 @@ def test_a_replicated_output_where_a_split_one_is_asked_for_gets_a_placement_ver
         double,
         make_cases=lambda: get_problem("shard_map_double").cases[:5],
         generate=None,
+        make_refusals=None,
         placement=Placement(axis=0),
     )
     path = write(

@@ -71,10 +71,11 @@ def test_the_folded_solution_pasted_into_the_starter_passes(name, tmp_path):
     problem = PROBLEMS[name]
     path = tmp_path / f"{name}.py"
     path.write_text(pasted_solution(problem))
-    report = check(name, path)  # on 1 and 8 devices, the problem's cases and random ones
+    # On 1 and 8 devices, the problem's cases, random ones and the inputs it refuses.
+    report = check(name, path)
     assert report.passed, f"{path.read_text()}\n{report}"
     assert [run.devices for run in report.runs] == [1, 8]
-    cases = len(problem.cases) + RANDOM_CASES
+    cases = len(problem.cases) + RANDOM_CASES + len(problem.refusals)
     assert all(len(run.results) == cases for run in report.runs)
     assert report.verdict() == "PASSED: every case on 1 and 8 devices"
     assert f"from seed {report.seed};" in " ".join(str(report).split())

@@ -140,8 +140,9 @@ def test_every_problem_has_a_right_answer_for_the_cluster():
 @pytest.mark.distributed
 @pytest.mark.parametrize("path", _one_right_per_problem(), ids=_id)
 def test_one_right_answer_per_problem_passes_the_command_line_on_a_cluster(path):
-    # The whole command line on 2 processes x 4 devices (gloo): every case and random
-    # ones. (One device, where a cluster has nothing to add, is test_a_right_answer_passes'.)
+    # The whole command line on 2 processes x 4 devices (gloo): every case, random ones
+    # and the inputs the statement refuses. (One device, where a cluster has nothing to
+    # add, is test_a_right_answer_passes'.)
     run = subprocess.run(
         [sys.executable, "-m", "shard_tutorial", "check", path.parent.name, str(path),
          "--seed", "0", "--processes", "2", "--devices", "8"],
@@ -149,3 +150,6 @@ def test_one_right_answer_per_problem_passes_the_command_line_on_a_cluster(path)
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     assert "PASSED: every case on 2 processes x 4 devices" in run.stdout
+    # The inputs the statement refuses, refused by every process of the cluster.
+    refused = run.stdout.count("refused (")
+    assert refused >= len(PROBLEMS[path.parent.name].refusals) > 0, run.stdout

@@ -124,6 +124,16 @@ def test_each_problem_page_lets_the_reader_practise(name):
     assert len(reports) == 2
     assert "PASSED: every case on 1 and 8 devices" in reports[0].get_text()
     assert "FAILED" in reports[1].get_text()
+    # The reference's copy refuses each input the statement's "Raises" section refuses;
+    # the mistake, which checks no arguments, is checked with refusals=False.
+    rows = [row.get_text(" ") for row in reports[0].select("tbody tr")]
+    refused = [row for row in rows if row.startswith("refused (")]
+    assert len(refused) == len(PROBLEMS[function].refusals) >= 1, rows
+    assert "refused (" not in reports[1].get_text()
+    prose = " ".join(section.get_text().split())
+    prose = prose.translate(str.maketrans("\u2018\u2019\u201c\u201d", "''\"\""))  # smartquotes
+    assert 'the inputs the statement\'s "Raises" section refuses' in prose
+    assert "refusals=False" in prose
 
 
 # -- The general pages: every claim the tutorial and the migration page make about JAX is

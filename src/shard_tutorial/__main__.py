@@ -5,7 +5,7 @@
     python -m shard_tutorial list
     python -m shard_tutorial starter shard_map_psum > shard_map_psum.py
     python -m shard_tutorial check shard_map_psum shard_map_psum.py [--devices 1,8] [--seed N]
-        [--timeout SECONDS] [--deadline SECONDS]
+        [--timeout SECONDS] [--deadline SECONDS] [--no-refusals]
     python -m shard_tutorial check shard_map_psum shard_map_psum.py --processes 2
     python -m shard_tutorial launch --processes 2 --devices-per-process 4 script.py [args]
 
@@ -159,9 +159,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     checking.add_argument(
         "--refusals",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="also run the inputs the statement's Raises section refuses: each passes "
-        "only if the solution raises the error named there",
+        "only if the solution raises the error named there (default: on); "
+        "--no-refusals leaves them out, to judge the values and the sharding alone",
     )
     _add_launch_command(commands)
     _add_explain_command(commands)

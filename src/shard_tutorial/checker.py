@@ -4,15 +4,17 @@ The device count of a JAX process is fixed when JAX starts, so each device count
 in a fresh Python process (:mod:`shard_tutorial._check_worker`), by default 1 and 8
 fake CPU devices at the same time. A worker only runs the solution: it calls it on
 each case (the problem's :attr:`~shard_tutorial.problem.Problem.cases`, which the
-package's tests use too, and a few fresh random ones from a printed seed) and sends
-back what it returned as plain data: values, dtype, shape, how the output is split
-over the devices, and how it was made, recorded during that same call (the XLA
-programs it came from, with their collectives and device counts). The verdict is
-given in the checker's own process, where the reader's code never ran
-(:mod:`shard_tutorial.judge`): the values against the problem's NumPy oracle, then
-where and how they were computed (:attr:`~shard_tutorial.problem.Problem.technique`)
-and the output's layout (:attr:`~shard_tutorial.problem.Problem.placement`). The
-report is :mod:`shard_tutorial.report`'s; a cluster's answers are put together by
+package's tests use too, a few fresh random ones from a printed seed, and the inputs
+the statement's "Raises" section refuses, each of which must raise the error named
+there) and sends back what it returned, or raised, as plain data: values, dtype,
+shape, how the output is split over the devices, and how it was made, recorded
+during that same call (the XLA programs it came from, with their collectives and
+device counts). The verdict is given in the checker's own process, where the
+reader's code never ran (:mod:`shard_tutorial.judge`): the values against the
+problem's NumPy oracle, then where and how they were computed
+(:attr:`~shard_tutorial.problem.Problem.technique`) and the output's layout
+(:attr:`~shard_tutorial.problem.Problem.placement`); for a refused input, the error
+raised. The report is :mod:`shard_tutorial.report`'s; a cluster's answers are put together by
 :mod:`shard_tutorial.assembly`.
 
 The checker is a teaching aid: it catches the usual shortcuts (an answer computed
@@ -141,7 +143,7 @@ def check(
     seed: int | None = None,
     processes: int = 1,
     deadline: float = DEFAULT_DEADLINE,
-    refusals: bool = False,
+    refusals: bool = True,
 ) -> CheckReport:
     """Run a solution on a problem's cases on each device count and report.
 
@@ -168,10 +170,12 @@ def check(
       deadline: seconds the whole check may take; cases not finished by then are
         reported as not run (the report prints it).
       refusals: also run the inputs the statement refuses, one per clause of its
-        "Raises" section (:attr:`~shard_tutorial.problem.Problem.refusals`): each
-        passes only if the solution raises the error the statement names. Off by
-        default for now: the pages' examples of sharding mistakes check no
-        arguments, and their reports are about the sharding.
+        "Raises" section (:attr:`~shard_tutorial.problem.Problem.refusals`), after
+        the other cases: each passes only if the solution raises the error the
+        statement names, which is as much its contract as the answers are. On by
+        default; False leaves them out, for a report on the values and the sharding
+        alone (the pages do so for their examples of sharding mistakes, which check
+        no arguments).
 
     Returns:
       A :class:`CheckReport`; ``report.passed`` says whether every case passed.
@@ -186,13 +190,19 @@ def check(
       KeyboardInterrupt: when interrupted; the workers are stopped first.
 
     Examples:
-      A solution of the reader's, checked on 1 and 8 devices:
+      A solution of the reader's, checked on 1 and 8 devices. It refuses what the
+      statement's "Raises" section refuses (anything but a 1-D array of numbers),
+      as the check asks by default:
 
       >>> import jax
       >>> from jax.sharding import NamedSharding, PartitionSpec as P
       >>> from shard_tutorial import check
       >>> def double(x):
       ...     from shard_tutorial import data_mesh
+      ...     if not isinstance(x, jax.Array) or x.dtype == bool:
+      ...         raise TypeError(f"x must be an array of numbers, not {type(x).__name__}")
+      ...     if x.ndim != 1:
+      ...         raise ValueError(f"x must be 1-D, got shape {x.shape}")
       ...     mesh = data_mesh(len(x))
       ...     x = jax.device_put(x, NamedSharding(mesh, P("data")))
       ...     twice = jax.shard_map(lambda b: b * 2.0, mesh=mesh, in_specs=P("data"),
@@ -203,8 +213,30 @@ def check(
       (True, ['1 device', '8 devices'])
       >>> print(report.verdict())
       PASSED: every case on 1 and 8 devices
-      >>> report.runs[0].results[-1].label  # the last of the random cases, from seed 7
+      >>> [r.label for r in report.runs[0].results if r.raises is None][-1]  # from seed 7
       'random: length 191, int32'
+      >>> last = report.runs[0].results[-1]  # the refused inputs come last
+      >>> last.row_label, last.arguments, last.status
+      ('refused (ValueError): a 2-D x', 'x=float32[1,2]', 'pass')
+
+      The same doubling without the checks of its arguments computes an answer
+      for inputs the statement refuses, and fails them; ``refusals=False`` judges
+      the other cases alone:
+
+      >>> def unchecked(x):
+      ...     from shard_tutorial import data_mesh
+      ...     mesh = data_mesh(len(x))
+      ...     x = jax.device_put(x, NamedSharding(mesh, P("data")))
+      ...     twice = jax.shard_map(lambda b: b * 2.0, mesh=mesh, in_specs=P("data"),
+      ...                           out_specs=P("data"))
+      ...     return twice(x)
+      >>> report = check("shard_map_double", unchecked, devices=(1,), seed=7)
+      >>> print(report.verdict())
+      FAILED (1 device: 3 of 18 cases failed)
+      >>> [r.row_label for r in report.runs[0].results if r.status == "fail"][-1]
+      'refused (ValueError): a 2-D x'
+      >>> check("shard_map_double", unchecked, devices=(1,), seed=7, refusals=False).passed
+      True
 
       The same on a cluster of 2 processes of 4 devices each:
 
@@ -414,9 +446,14 @@ class _Check:
             )
         return tuple(notes)
 
-    def describe(self, index: int) -> tuple[str, str]:
+    def result(
+        self, index: int, status: str, message: str = "", seconds: float = 0.0
+    ) -> CaseResult:
+        """Case ``index``'s result, with its label, its arguments and any error it asks for."""
         case = self.cases[index]
-        return case.label, self.problem.describe(case)
+        return CaseResult(
+            case.label, self.problem.describe(case), status, message, seconds, case.raises
+        )
 
     def run(self, devices: int, processes: int = 1) -> DeviceRun:
         """Every case on ``devices`` devices, in as few workers (clusters) as it allows."""
@@ -431,14 +468,14 @@ class _Check:
                 break
             index, status, message = outcome.stopped
             seconds = self.timeout if status == "timeout" else 0.0  # a crash's moment: unknown
-            results[index] = CaseResult(*self.describe(index), status, message, seconds)
+            results[index] = self.result(index, status, message, seconds)
             lost_in_a_row = lost_in_a_row + 1 if not outcome.results else 1
             hangs += status == "timeout"
             start = index + 1
             if time.monotonic() > self.deadline:
                 for rest in range(start, len(self.cases)):
-                    results[rest] = CaseResult(
-                        *self.describe(rest),
+                    results[rest] = self.result(
+                        rest,
                         "not run",
                         f"not run: the check's deadline of {self.seconds:g} s was reached",
                     )
@@ -446,16 +483,13 @@ class _Check:
             if lost_in_a_row >= MAX_LOST or hangs >= MAX_HANGS:
                 why = f"{hangs} hangs" if hangs >= MAX_HANGS else f"{lost_in_a_row} cases in a row"
                 for rest in range(start, len(self.cases)):
-                    results[rest] = CaseResult(
-                        *self.describe(rest),
+                    results[rest] = self.result(
+                        rest,
                         "not run",
                         f"not run, after {why} that stopped the process running the solution",
                     )
                 break
-        ordered = tuple(
-            results.get(i) or CaseResult(*self.describe(i), "not run")
-            for i in range(len(self.cases))
-        )
+        ordered = tuple(results.get(i) or self.result(i, "not run") for i in range(len(self.cases)))
         return DeviceRun(devices, ordered, processes=processes)
 
     def _cancelled(self) -> bool:
@@ -841,8 +875,7 @@ class _Follow:
                 [output for output, _, _ in split], self.devices, split[0][1], split[0][2],
             )  # fmt: skip
             seconds = max(float(answers[p][0]["seconds"]) for p in answers)
-        label, arguments = self.check.describe(index)
-        self.outcome.results[index] = CaseResult(label, arguments, status, message, seconds)
+        self.outcome.results[index] = self.check.result(index, status, message, seconds)
 
     def _garbled(self, process: int) -> None:
         message = (

@@ -434,7 +434,8 @@ class Problem:
 
         Each names, in :attr:`Case.raises`, the error an answer must raise for it.
         The checker runs them after the other cases, with the arguments as they
-        arrive (not laid out by :attr:`arrange`): a contract is the errors it
+        arrive (not laid out by :attr:`arrange`), unless told not to
+        (``refusals=False``, ``--no-refusals``): a contract is the errors it
         promises too.
 
         Examples:

@@ -4,6 +4,8 @@
 per device count, each with one :class:`CaseResult` per case. A verdict is one word
 (pass, WRONG, ERROR, TIMEOUT, CRASHED, MEMORY, TECHNIQUE, PLACEMENT) and one message;
 the same mistake on several cases is reported once, with how many cases it hit.
+An input the statement's "Raises" section refuses is a row of its own, labelled
+``refused (<the error it names>): <the clause>``; it passes only if that error was raised.
 """
 
 from __future__ import annotations
@@ -52,6 +54,16 @@ class CaseResult:
         more bytes per device than the problem allows) or ``"not run"``.
       message: what went wrong; empty when the case passed.
       seconds: how long the case took, compilation included.
+      raises: for an input the statement refuses, the error its "Raises" section
+        names (``"TypeError"``), which the solution must raise; None for a case
+        with an answer to compute.
+
+    Examples:
+      >>> from shard_tutorial.report import CaseResult
+      >>> CaseResult("a 2-D x", "x=float32[1,2]", "pass", raises="ValueError").row_label
+      'refused (ValueError): a 2-D x'
+      >>> CaseResult("empty", "x=float32[0]", "pass").row_label
+      'empty'
     """
 
     label: str
@@ -59,6 +71,12 @@ class CaseResult:
     status: str
     message: str = ""
     seconds: float = 0.0
+    raises: str | None = None
+
+    @property
+    def row_label(self) -> str:
+        """The label the report prints: a refused input's says so, and names its error."""
+        return self.label if self.raises is None else f"refused ({self.raises}): {self.label}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,12 +177,13 @@ class CheckReport:
             return []
         # Only where some answer on many devices is wrong: an ERROR (a mesh that does
         # not divide a length, say) has its own message, and this hint would not fit it.
+        # A refused input that was not refused is wrong alike on every device count.
         broken = [
             run
             for run in self.runs
             if run.devices > 1
             and run.load_error is None
-            and any(r.status == "fail" for r in run.results)
+            and any(r.status == "fail" and r.raises is None for r in run.results)
         ]
         if not broken:
             return []
@@ -311,7 +330,7 @@ class CheckReport:
             return []
         first = loaded[0].results
         return [
-            [result.label, result.arguments]
+            [result.row_label, result.arguments]
             + [_symbol(run.results[i]) if run.results else "-" for run in self.runs]
             for i, result in enumerate(first)
         ]
@@ -326,16 +345,21 @@ def _symbol(result: CaseResult) -> str:
 
 
 def _values_right(run: DeviceRun) -> bool:
-    """Whether every case of ``run`` gave the right values (its technique aside)."""
+    """Whether every case of ``run`` gave the right values (its technique aside).
+
+    The inputs the statement refuses have no values to get right: they are left out.
+    """
     right = {"pass", "technique", "placement", "reference", "budget"}
-    return run.load_error is None and all(r.status in right for r in run.results)
+    return run.load_error is None and all(
+        r.status in right for r in run.results if r.raises is None
+    )
 
 
 def _cases(results: list[CaseResult]) -> str:
     """``"<label> (<arguments>)"``, or how many cases and which, for a group."""
     if len(results) == 1:
-        return f"{results[0].label} ({results[0].arguments})"
-    labels = [f"'{r.label}'" for r in results[:2]]
+        return f"{results[0].row_label} ({results[0].arguments})"
+    labels = [f"'{r.row_label}'" for r in results[:2]]
     more = f" and {len(results) - 2} more" if len(results) > 2 else ""
     return f"{len(results)} cases ({', '.join(labels)}{more})"
 
