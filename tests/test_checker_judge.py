@@ -22,6 +22,7 @@ from shard_tutorial.assembly import assemble as _assemble
 from shard_tutorial.judge import _not_an_array, judge
 from shard_tutorial.problem import Placement
 from shard_tutorial.problems import PROBLEMS
+from shard_tutorial.report import RAN, RAN_NO_COLLECTIVE, CaseResult, CheckReport, DeviceRun
 
 
 @pytest.mark.parametrize("name", list(PROBLEMS))
@@ -185,3 +186,55 @@ def test_processes_that_hold_other_values_for_the_same_block_are_told_apart():
     other = (np.arange(8, dtype=np.int32) + 1).tobytes()
     with pytest.raises(_Disagree, match="process 1 holds other values"):
         _assemble(header, [header, header], [payload, other])
+
+
+def _sum_of_blocks(collective):
+    """A shard_map_psum answer whose blocks' sums go through ``collective`` (or nothing)."""
+
+    def shard_map_psum(x):
+        mesh = data_mesh(x.shape[0])
+        blocks = jax.device_put(x, NamedSharding(mesh, P("data")))
+
+        def body(block):
+            return collective(jax.numpy.sum(block))
+
+        return jax.jit(
+            jax.shard_map(body, mesh=mesh, in_specs=P("data"), out_specs=P(), check_vma=False)
+        )(blocks)
+
+    return shard_map_psum
+
+
+def test_a_bare_wrong_value_says_which_collectives_its_program_ran(device_count):
+    # Twice the total: a psum ran, so the generic hint does not blame a missing one.
+    from judging import check_here  # noqa: PLC0415 (the tests' own helper)
+
+    twice = _sum_of_blocks(lambda s: jax.lax.psum(s * 2, "data"))
+    report = check_here("shard_map_psum", twice, few=True)
+    (run,) = report.runs
+    if device_count == 1:
+        return  # one device: no collective over more than one; nothing to compare with
+    # Each case whose mesh has several devices (one of one device runs no collective).
+    noted = [r.message for r in run.results if r.status == "fail" and RAN in r.message]
+    assert noted
+    assert all("(the program that computed it runs 1 all-reduce" in m for m in noted), noted
+    assert report.hints() == []  # no run of 1 device here to compare with
+    one = DeviceRun(1, tuple(CaseResult(r.label, r.arguments, "pass") for r in run.results))
+    hint = CheckReport("shard_map_psum", "twice.py", (one, run), 1.0).hints()[0]
+    assert "a collective over the wrong values or axis" in hint
+    assert "missing collective" not in hint
+
+
+def test_a_bare_wrong_value_from_no_collective_gets_the_missing_collective_hint(device_count):
+    from judging import check_here  # noqa: PLC0415 (the tests' own helper)
+
+    ones = _sum_of_blocks(lambda s: s * 0 + 1.0)  # no collective; 1.0 on every device
+    report = check_here("shard_map_psum", ones, few=True)
+    (run,) = report.runs
+    if device_count == 1:
+        return
+    wrong = [r.message for r in run.results if r.status == "fail"]
+    assert any(RAN_NO_COLLECTIVE in m for m in wrong), wrong
+    one = DeviceRun(1, tuple(CaseResult(r.label, r.arguments, "pass") for r in run.results))
+    hint = CheckReport("shard_map_psum", "ones.py", (one, run), 1.0).hints()[0]
+    assert "a missing collective (psum)" in hint

@@ -49,6 +49,7 @@ from shard_tutorial.problem import (
     fingerprint,
     precise,
 )
+from shard_tutorial.report import RAN, RAN_NO_COLLECTIVE, explained
 
 __all__ = ["judge", "judge_cluster", "judge_refusal"]
 
@@ -255,42 +256,22 @@ def judge(
     return "pass", note
 
 
-RAN_NO_COLLECTIVE = "the program that computed it runs no collective over more than one device"
-"""Added to a wrong value's bare message on several devices whose program combined nothing."""
-RAN = "the program that computed it runs "
-"""How the note on a wrong value's bare message begins (see :func:`_what_ran`)."""
-
-
-def explained(message: str) -> bool:
-    """Whether a wrong value's message says more than where the values differ.
-
-    A bare difference is one clause (``"value: expected 496.0, received 6.0"``); a
-    problem that recognises the mistake adds sentences (``... received 6.0. That is
-    the sum of ...``).
-
-    Examples:
-      >>> from shard_tutorial.judge import explained
-      >>> explained("value: expected 496.0, received 6.0")
-      False
-      >>> explained("value: expected 496.0, received 6.0. That is one device's partial sum.")
-      True
-    """
-    return ". " in message or message.rstrip().endswith(".")
-
-
 def _what_ran(how: dict[str, Any] | None, devices: int, message: str) -> str:
     """For a bare wrong value on several devices: the collectives its program ran.
 
     ``" (the program that computed it runs 1 all-reduce of 4 bytes over 8 devices)"``,
     or that it ran none: what the reader needs to tell a collective left out from
-    one that combines the wrong thing. Empty on one device, where the message says
-    more than the difference, or where the programs are not known.
+    one that combines the wrong thing. Empty on one device (or where every program
+    ran on one: a mesh of one), where the message says more than the difference, or
+    where the programs are not known.
     """
     if devices < 2 or how is None or "error" in how or explained(message):
         return ""
+    if "value: " not in message and "values: " not in message:
+        return ""  # a shape or a dtype: not what a collective would change
     programs = list(how.get("programs", []))
-    if not programs:
-        return ""
+    if all(int(p.get("devices", 1)) < 2 for p in programs):
+        return ""  # none, or on one device (a mesh of one): nothing to combine across
     found = [
         c
         for p in programs

@@ -15,7 +15,7 @@ import html
 import textwrap
 from collections.abc import Iterable
 
-__all__ = ["SYMBOLS", "CaseResult", "CheckReport", "DeviceRun"]
+__all__ = ["SYMBOLS", "CaseResult", "CheckReport", "DeviceRun", "explained"]
 
 _WRAP = "white-space: pre-wrap"  # a diagnosis is read, not scrolled
 _CELL = "padding: 0.1em 1.2em 0.1em 0; text-align: left; white-space: nowrap"
@@ -36,6 +36,29 @@ SYMBOLS = {
     "budget": "BUDGET",
     "not run": "-",
 }
+
+
+RAN_NO_COLLECTIVE = "the program that computed it runs no collective over more than one device"
+"""Added to a wrong value's bare message on several devices whose program combined nothing."""
+RAN = "the program that computed it runs "
+"""How the note on a wrong value's bare message begins (see :func:`shard_tutorial.judge._what_ran`)."""
+
+
+def explained(message: str) -> bool:
+    """Whether a wrong value's message says more than where the values differ.
+
+    A bare difference is one clause (``"value: expected 496.0, received 6.0"``); a
+    problem that recognises the mistake adds sentences (``... received 6.0. That is
+    the sum of ...``).
+
+    Examples:
+      >>> from shard_tutorial.report import explained
+      >>> explained("value: expected 496.0, received 6.0")
+      False
+      >>> explained("value: expected 496.0, received 6.0. That is one device's partial sum.")
+      True
+    """
+    return ". " in message or message.rstrip().endswith(".")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,6 +210,14 @@ class CheckReport:
         ]
         if not broken:
             return []
+        failing = [
+            r.message
+            for run in broken
+            for r in run.results
+            if r.status == "fail" and r.raises is None
+        ]
+        if all(explained(message) for message in failing):
+            return []  # each wrong answer already says what it looks like
         names = " and ".join(run.name for run in broken)
         if all(run.processes > 1 for run in broken):
             hint = (
@@ -197,11 +228,15 @@ class CheckReport:
                 "process sees only its own."
             )
             return [hint]
+        if any(RAN_NO_COLLECTIVE in message for message in failing):
+            cause = "a missing collective (psum)"
+        else:  # the programs ran collectives (or are not known): not a missing one
+            cause = "a collective over the wrong values or axis"
         hint = (
             f"Every case gets the right values on 1 device, but not on {names}. An answer "
-            "that changes with the number of devices usually means a missing collective "
-            "(psum), an out_specs that does not describe what each device returns, or code "
-            "that assumes one block is the whole array. (On one device, it is.)"
+            f"that changes with the number of devices usually means {cause}, an out_specs "
+            "that does not describe what each device returns, or code that assumes one "
+            "block is the whole array. (On one device, it is.)"
         )
         return [hint]
 
