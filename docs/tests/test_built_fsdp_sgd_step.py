@@ -97,7 +97,7 @@ def test_the_checker_passes_the_reference_and_names_data_parallelism_for_whole_w
     assert "PASSED: every case on 1 and 8 devices" in cell_output(
         soup, 'check("fsdp_sgd_step", reference_copy("fsdp_sgd_step"))'
     )
-    verdict = cell_output(soup, 'check("fsdp_sgd_step", whole_w_on_every_device)')
+    verdict = cell_output(soup, 'check("fsdp_sgd_step", whole_w_on_every_device')
     verdict = " ".join(verdict.split())
     assert "FAILED (8 devices:" in verdict
     assert "1 device:" not in verdict.split(")")[0]  # on one device nothing is gathered
