@@ -6,7 +6,8 @@ alone, in the styles readers write them (jitted and eager; ``lax.scan``,
 passed in; ``check_vma=False``): ``right_*.py`` must pass every case the check runs,
 at this suite's device count (1 and 8) and on both stacks, and ``wrong_*.py`` must get
 the verdict its ``VERDICT`` names, with ``PHRASE`` in its message, at each device
-count its ``DEVICES`` lists (one whose ``OPEN`` says why the checker lets it through
+count its ``DEVICES`` lists (on jax 0.10, each whose verdict reads its program or its
+error: a verdict on values is NumPy's, the same on every stack) (one whose ``OPEN`` says why the checker lets it through
 today is an expected failure, strict: closing the gap makes the test say so), as
 Codeforces' Polygon runs every solution of a problem, tagged with its expected verdict,
 before the problem is published.
@@ -28,7 +29,7 @@ from pathlib import Path
 
 import jax
 import pytest
-from judging import check_here
+from judging import OLDEST, check_here
 
 from shard_tutorial.problems import PROBLEMS
 
@@ -79,6 +80,12 @@ def test_a_wrong_answer_gets_its_verdict(path, request):
     assert verdict in VERDICTS, f"{path}: VERDICT {verdict!r}"
     if jax.device_count() not in devices:
         return  # a mistake that does not show at this device count: nothing to assert
+    if OLDEST and verdict == "fail":
+        # Wrong values are judged by NumPy against the oracle, the same code on every
+        # stack; jax 0.10 differs in how its programs print and in the errors it
+        # raises, which the other verdicts (technique, budget, placement, reference,
+        # error) show here. The newest stack judges these at 1 and 8 devices.
+        pytest.skip("a verdict on values: judged on the newest stack")
 
     # Every case if need be, until the verdict shows: the few of a right answer's check
     # first, or for a budget the largest first (the statements list them last).
