@@ -241,7 +241,7 @@ def _forward_signs(jaxpr: Any, signs: Signs) -> Signs:
         nested = _nested_one_to_one(equation)
         if nested is not None:
             program = getattr(nested, "jaxpr", nested)
-            inner = _forward_signs(program, _seeds(nested, equation, signs))
+            inner = _forward_signs(program, _seeds(nested, equation.invars, signs))
             for outer, result in zip(equation.outvars, program.outvars, strict=True):
                 found = _sign(result, inner)
                 if found is not None and _is_var(outer):
@@ -255,11 +255,11 @@ def _forward_signs(jaxpr: Any, signs: Signs) -> Signs:
     return signs
 
 
-def _seeds(nested: Any, equation: Any, signs: Signs) -> Signs:
-    """What is known of a nested program's inputs, from its call's operands, and its zeros."""
+def _seeds(nested: Any, operands: Sequence[Any], signs: Signs) -> Signs:
+    """What is known of a nested program's inputs, from the operands it is called with."""
     program = getattr(nested, "jaxpr", nested)
     seeds = _constant_zeros(nested)
-    for inner, outer in zip(program.invars, equation.invars, strict=True):
+    for inner, outer in zip(program.invars, operands, strict=True):
         found = _sign(outer, signs)
         if found is not None:
             seeds[inner] = found
@@ -315,7 +315,10 @@ def _walk(jaxpr: Any, live_outputs: Sequence[bool], found: set[str], signs: Sign
             reached = [not _is_zero(right, signs), not _is_zero(left, signs)]
         elif (nested := _nested_one_to_one(equation)) is not None:
             reached = _walk(
-                getattr(nested, "jaxpr", nested), outputs, found, _seeds(nested, equation, signs)
+                getattr(nested, "jaxpr", nested),
+                outputs,
+                found,
+                _seeds(nested, equation.invars, signs),
             )
         elif name == "cond" and equation.params.get("branches"):
             reached = _walk_branches(equation, outputs, found, signs)
@@ -349,14 +352,10 @@ def _walk_branches(
     used = [False] * len(operands)
     each: list[set[str]] = []
     for branch in branches:
-        program = getattr(branch, "jaxpr", branch)
-        seeds = _constant_zeros(branch)
-        for inner, outer in zip(program.invars, operands, strict=True):
-            known = _sign(outer, signs)
-            if known is not None:
-                seeds[inner] = known
         live: set[str] = set()
-        reached = _walk(program, outputs, live, seeds)
+        reached = _walk(
+            getattr(branch, "jaxpr", branch), outputs, live, _seeds(branch, operands, signs)
+        )
         used = [a or b for a, b in zip(used, reached, strict=True)]
         each.append(live)
     found.update(set.intersection(*each) if each else set())
