@@ -151,6 +151,25 @@ def test_an_array_made_out_of_sight_is_unknown_and_its_user_is_named():
     assert user is lineage.made_by[0]  # the program that added them up
 
 
+def test_an_array_made_out_of_sight_stays_unknown_when_a_later_array_takes_its_id():
+    # The unseen array dies once it is put on the devices, and Python hands its id to
+    # the next object of its size: often the program's output, which the lineage walks
+    # back from. Judged when the copy took it in, it stays unknown whatever its id.
+    import concurrent.futures  # noqa: PLC0415
+
+    for size in range(1, 13):
+        x = jnp.arange(float(size))
+        earlier = jax.live_arrays()
+        with record() as recording:
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                total = pool.submit(jnp.sum, x).result()
+            total = jax.device_put(total, jax.devices()[0])  # the unseen one dies here
+            result = jax.jit(lambda t, a: t + 0 * a.sum())(total, x)
+        lineage = recording.lineage(result, (x,), earlier=earlier)
+        assert lineage.unknown == 1, size
+        del earlier, recording, lineage, result, total
+
+
 def test_prng_keys_wrapped_without_a_program_are_known_by_their_data():
     earlier = jax.live_arrays()
     with record() as recording:

@@ -19,7 +19,7 @@ cell_output = functools.partial(built_pages.cell_output, NAME)
 
 
 def numbers(line: str) -> list[float]:
-    return [float(n) for n in re.findall(r"-?\d+\.\d*(?:e-?\d+)?", line)]
+    return [float(n) for n in re.findall(r"-?\d+\.\d*(?:e[-+]?\d+)?", line)]
 
 
 def labelled(text: str, label: str) -> list[float]:

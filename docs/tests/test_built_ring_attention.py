@@ -20,7 +20,7 @@ page = functools.partial(built_pages.page, NAME)
 
 
 def numbers(line: str) -> list[float]:
-    return [float(n) for n in re.findall(r"-?\d+(?:\.\d*)?(?:e-?\d+)?", line)]
+    return [float(n) for n in re.findall(r"-?\d+(?:\.\d*)?(?:e[-+]?\d+)?", line)]
 
 
 def labelled(text: str, label: str) -> list[float]:

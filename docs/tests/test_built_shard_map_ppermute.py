@@ -18,7 +18,7 @@ cell_output = functools.partial(built_pages.cell_output, NAME)
 
 
 def floats(text: str) -> np.ndarray:
-    return np.array([float(n) for n in re.findall(r"-?\d+\.?\d*(?:e-?\d+)?", text)])
+    return np.array([float(n) for n in re.findall(r"-?\d+\.?\d*(?:e[-+]?\d+)?", text)])
 
 
 def test_rolling_within_blocks_is_wrong_at_every_block_edge_and_right_inside():

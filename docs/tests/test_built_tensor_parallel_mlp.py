@@ -30,7 +30,7 @@ def close(want: list[float]) -> object:
 
 
 def numbers(line: str) -> list[float]:
-    return [float(n) for n in re.findall(r"-?\d+\.\d*(?:e-?\d+)?", line)]
+    return [float(n) for n in re.findall(r"-?\d+\.\d*(?:e[-+]?\d+)?", line)]
 
 
 def labelled(text: str, label: str) -> list[float]:

@@ -29,7 +29,7 @@ def test_the_worked_example_runs_four_all_to_alls():
     printed = output("def attend_by_heads(")
     assert "each device attends with q of float32[16,1,4]{V:seq}" in printed
     assert "right: True" in printed
-    assert printed.count("all-to-all 8 pieces of f32[2,1,4], 224 bytes sent per device") == 4
+    assert printed.count("all-to-all 8 pieces of 32 bytes, 224 bytes sent per device") == 4
 
 
 def test_the_pitfalls_are_shown_with_their_errors_and_the_checkers_words():

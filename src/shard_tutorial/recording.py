@@ -77,6 +77,9 @@ class Run:
         :attr:`memory`, what the device held while it ran.
       lines: the reader's lines its operations were traced from, ``(file, line)``,
         in the order its traced program holds them (JAX's user frame of each).
+      unseen: for each input, whether it is an array the recording did not see
+        made (see :meth:`Recording.unseen`), judged as the program started;
+        empty: not judged then.
     """
 
     order: int
@@ -92,6 +95,7 @@ class Run:
     live_inputs: tuple[bool, ...] | None = None
     held_before: int = 0
     lines: tuple[tuple[str, int], ...] = ()
+    unseen: tuple[bool, ...] = ()
 
 
 @dataclasses.dataclass
@@ -107,6 +111,8 @@ class Copy:
       where: the reader's line that asked for it, ``(file, line)``: the innermost
         frame of the call's stack outside JAX, the libraries and this package
         (None if there is none).
+      unseen: for each value put, whether it is an array the recording did not
+        see made (see :meth:`Recording.unseen`); empty: not judged.
     """
 
     order: int
@@ -114,6 +120,7 @@ class Copy:
     host: tuple[Any, ...]
     outputs: tuple[Any, ...]
     where: tuple[str, int] | None = None
+    unseen: tuple[bool, ...] = ()
 
 
 @functools.cache
@@ -209,6 +216,40 @@ class Recording:
     _seen: tuple[int, int] = dataclasses.field(default=(0, 0), repr=False)
     # The array each placement copy was made from, by id (see _placement_copy).
     _copy_of: dict[int, int] = dataclasses.field(default_factory=dict, repr=False)
+    # The key (_key) of every array a recorded event made: see unseen.
+    _made: set[int] = dataclasses.field(default_factory=set, repr=False)
+
+    def unseen(self, inputs: Sequence[int | None]) -> tuple[bool, ...]:
+        """For each input of an event about to be recorded, whether the recording did not see it made.
+
+        An input (known by :func:`_key`) is unseen when no recorded event made it
+        and it did not exist when the recording started (:attr:`existed`): another
+        thread made it, or a program compiled ahead of time, which JAX runs without
+        coming back to Python. Judged while the event runs, when every input is
+        alive: later, an input that died may have left its ``id`` to an array a
+        recorded event made, which would make it look seen (Python reuses the ``id``
+        of an object that died).
+
+        Examples:
+          >>> import jax.numpy as jnp
+          >>> from shard_tutorial.recording import record, _key
+          >>> outside = jnp.ones(3)  # made before the recording: not in existed here
+          >>> with record() as recording:
+          ...     inside = outside + 1
+          ...     recording.unseen([_key(outside), _key(inside), None])
+          (True, False, False)
+        """
+        return tuple(
+            key is not None and key not in self._made and key not in self.existed for key in inputs
+        )
+
+    def _add(self, event: Run | Copy) -> None:
+        """Record ``event`` (with the recording's lock held): its outputs are now seen."""
+        if isinstance(event, Run):
+            self.runs.append(event)
+        else:
+            self.copies.append(event)
+        self._made.update(_key(output) for output in event.outputs)
 
     def held_besides(self, inputs: Sequence[Any]) -> int:
         """The most bytes one device holds in arrays made during the recording, but ``inputs``.
@@ -317,18 +358,22 @@ class Recording:
         existed = {_key(array) for array in earlier} - given
         leaves = [leaf for leaf in jax.tree.leaves(result) if isinstance(leaf, jax.Array)]
         made_by = tuple(makers.get(_key(leaf)) for leaf in leaves)
-        # Each array to walk back from, with the event that took it in (None: the result).
-        pending: list[tuple[int, Run | Copy | None]] = [(_key(leaf), None) for leaf in leaves]
-        seen: set[int] = set()
+        # Each array to walk back from, with the event that took it in (None: the result)
+        # and whether that event saw it unmade (Recording.unseen): then no later event's
+        # output that took its id after it died is its maker.
+        pending: list[tuple[int, Run | Copy | None, bool]] = [
+            (_key(leaf), None, False) for leaf in leaves
+        ]
+        seen: set[tuple[int, bool]] = set()  # an unmade array may share a made one's id
         found: dict[int, Run | Copy] = {}
         users: dict[int, Run | Copy] = {}
         unknown = reached = 0
         while pending:
-            key, user = pending.pop()
-            if key in seen:
+            key, user, unmade = pending.pop()
+            if (key, unmade) in seen:
                 continue
-            seen.add(key)
-            maker = makers.get(key)
+            seen.add((key, unmade))
+            maker = None if unmade else makers.get(key)
             if maker is None:
                 if key not in given and key not in existed:
                     unknown += 1
@@ -342,9 +387,10 @@ class Recording:
             live = getattr(maker, "live_inputs", None)  # a Copy's inputs all count
             if live is None:
                 live = (True,) * len(maker.inputs)
+            flags = maker.unseen or (False,) * len(maker.inputs)
             pending.extend(
-                (k, maker)
-                for k, used in zip(maker.inputs, live, strict=True)
+                (k, maker, unmade)
+                for k, used, unmade in zip(maker.inputs, live, flags, strict=True)
                 if used and k is not None
             )
         runs = tuple(e for _, e in sorted(found.items()) if isinstance(e, Run))
@@ -656,16 +702,15 @@ class _Hooks:
                 arrays = [isinstance(a, jax.Array) for a in args]
                 if _placement_copy(primitives, args, out_flat):
                     recording._copy_of[id(out_flat[0])] = id(args[0])
+                inputs = tuple(_key(a) if k else None for a, k in zip(args, arrays, strict=True))
                 with _LOCK:
-                    recording.runs.append(
+                    recording._add(
                         Run(
                             next(recording._counter),
                             text,
                             _device_count(text),
                             primitives,
-                            tuple(
-                                _key(a) if k else None for a, k in zip(args, arrays, strict=True)
-                            ),
+                            inputs,
                             tuple(None if k else a for a, k in zip(args, arrays, strict=True)),
                             tuple(out_flat),
                             files,
@@ -675,6 +720,7 @@ class _Hooks:
                             others,
                             # Eager operations trace no line of the reader's: where they ran.
                             lines or tuple(filter(None, [_readers_line()])),
+                            recording.unseen(inputs),
                         )
                     )
             return result
@@ -684,17 +730,19 @@ class _Hooks:
             recording = _current()
             if recording is not None:
                 arrays = [isinstance(x, jax.Array) for x in xs]
+                inputs = tuple(_key(x) if a else None for x, a in zip(xs, arrays, strict=True))
                 with _LOCK:
-                    recording.copies.append(
+                    recording._add(
                         Copy(
                             next(recording._counter),
-                            tuple(_key(x) if a else None for x, a in zip(xs, arrays, strict=True)),
+                            inputs,
                             tuple(
                                 None if a else np.asarray(x)
                                 for x, a in zip(xs, arrays, strict=True)
                             ),
                             tuple(outputs),
                             _readers_line(),
+                            recording.unseen(inputs),
                         )
                     )
             return outputs
@@ -730,14 +778,16 @@ class _Hooks:
                 events: list[Run | Copy] = [*recording.runs, *recording.copies]
                 known = recording.existed | {_key(o) for event in events for o in event.outputs}
                 source = _same_values(host, before, known)
+                inputs = (None,) if source is None else (_key(source),)
                 with _LOCK:
-                    recording.copies.append(
+                    recording._add(
                         Copy(
                             next(recording._counter),
-                            (None,) if source is None else (id(source),),
+                            inputs,
                             (host,) if source is None else (None,),
                             (made,),
                             _readers_line(),
+                            recording.unseen(inputs),
                         )
                     )
             return made
@@ -747,14 +797,16 @@ class _Hooks:
             made = hooks.from_blocks(shape, sharding, arrays, **kwargs)
             recording = _current()
             if recording is not None:
+                inputs = tuple(_key(a) for a in arrays)
                 with _LOCK:
-                    recording.copies.append(
+                    recording._add(
                         Copy(
                             next(recording._counter),
-                            tuple(_key(a) for a in arrays),
+                            inputs,
                             (None,) * len(arrays),
                             (made,),
                             _readers_line(),
+                            recording.unseen(inputs),
                         )
                     )
             return made
