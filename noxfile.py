@@ -17,8 +17,11 @@ nox.needs_version = ">=2026.10.20"  # sessions in parallel (`nox --parallel`)
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_existing_virtualenvs = True
 # nox runs three sessions at once (`nox -j 1` runs one at a time), in the order they
-# are defined here: the two test sessions and `docs` first; `browser` once `docs` has
-# built the site; the short sessions fill the gaps. Each spends part of its time
+# are defined here: the two test sessions and `docs` first; `browser`, then `site`,
+# once `docs` has built the site (building it, then auditing it in Chromium, is the
+# longest chain of sessions that must wait for each other); `distributed`, whose tests
+# wait for clusters much of their time, beside the test sessions' compiling; the short
+# sessions fill the gaps. Each spends part of its time
 # waiting (for processes to start JAX, for a hang to be stopped, for a cluster to
 # join, for the package index): with two at once on 2 cores, a CI run used 53.7 of
 # the 68 CPU-minutes its 34 minutes offered; a third session's work fills the waits.
@@ -228,7 +231,7 @@ def _jax_env() -> dict[str, str]:
 
 @nox.session(python=DOCS_PYTHON)
 def docs(session: nox.Session) -> None:
-    """Build the executed site into docs/_build/html and test it; `-- --serve` to preview."""
+    """Build the executed site into docs/_build/html; `-- --serve` to preview (`site` tests it)."""
     _install(session, "docs", "test")
     if session.posargs[:1] == ["--serve"]:
         # Rebuilds on saving a page or the package, and reloads the browser; the
@@ -240,11 +243,6 @@ def docs(session: nox.Session) -> None:
         )  # fmt: skip
         return
     _build_site(session, *session.posargs)
-    session.run(
-        "pytest", "docs/tests", "--ignore=docs/tests/browser",
-        "--ignore=docs/tests/test_execution_cache.py", *WORKERS, *_timed(session, "all"),
-        env=_jax_env(),
-    )  # fmt: skip
 
 
 @nox.session(python=DOCS_PYTHON, requires=["docs"])
@@ -287,6 +285,32 @@ def _chromium(session: nox.Session) -> str:
     return found
 
 
+@nox.session(python=DOCS_PYTHON, requires=["docs"])
+def site(session: nox.Session) -> None:
+    """Test the site `docs` built: each page's executed outputs, links, sources and notebooks.
+
+    A session of its own, so that `browser` starts as soon as the site is built rather
+    than after these tests too: the build and the browser's tests are CI's longest chain
+    of sessions that must follow each other.
+    """
+    _install(session, "docs", "test")
+    session.run(
+        "pytest", "docs/tests", "--ignore=docs/tests/browser",
+        "--ignore=docs/tests/test_execution_cache.py", *WORKERS, *_timed(session, "all"),
+        *session.posargs, env=_jax_env(),
+    )  # fmt: skip
+
+
+@nox.session(python=DOCS_PYTHON)
+def distributed(session: nox.Session) -> None:
+    """Run the multi-process tests: scripts launched as 2-process JAX clusters (gloo)."""
+    _install(session, "test")
+    session.run(
+        "pytest", "-m", "distributed", *WORKERS, *_timed(session, "all"), *session.posargs,
+        env=_jax_env(),
+    )  # fmt: skip
+
+
 @nox.session(python=TEST_PYTHONS[-1])
 def tests_newest(session: nox.Session) -> None:
     """Run the newest stack's in-process tests at 1 device, then the tests that start processes.
@@ -309,16 +333,6 @@ def tests_newest(session: nox.Session) -> None:
     )  # fmt: skip
     # The multi-process tests have their own session, `distributed`.
     _process_tests(session, "subprocesses and not distributed and not oldest", codes)
-
-
-@nox.session(python=DOCS_PYTHON)
-def distributed(session: nox.Session) -> None:
-    """Run the multi-process tests: scripts launched as 2-process JAX clusters (gloo)."""
-    _install(session, "test")
-    session.run(
-        "pytest", "-m", "distributed", *WORKERS, *_timed(session, "all"), *session.posargs,
-        env=_jax_env(),
-    )  # fmt: skip
 
 
 @nox.session(python=DOCS_PYTHON)
