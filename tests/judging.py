@@ -18,12 +18,12 @@ from typing import Any
 import jax
 import numpy as np
 
-from shard_tutorial._check_worker import answer, held_on, load_solution
-from shard_tutorial.checker import RANDOM_CASES
-from shard_tutorial.judge import judge, judge_refusal
+from shard_tutorial.checking.checker import RANDOM_CASES
+from shard_tutorial.checking.judge import judge, judge_refusal
+from shard_tutorial.checking.report import CaseResult, CheckReport, DeviceRun
+from shard_tutorial.checking.worker import answer, held_on, load_solution
 from shard_tutorial.problem import Case, Problem
 from shard_tutorial.problems import get_problem
-from shard_tutorial.report import CaseResult, CheckReport, DeviceRun
 
 OLDEST = tuple(int(p) for p in jax.__version__.split(".")[:2]) < (0, 11)
 """Whether this is the oldest stack (jax 0.10), where the noxfile runs less of the suite."""

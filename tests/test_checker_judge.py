@@ -15,20 +15,26 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shard_tutorial import data_mesh, place, usable_device_count
-from shard_tutorial._check_worker import answer, describe_exception, describe_output
-from shard_tutorial.assembly import Disagree as _Disagree
-from shard_tutorial.assembly import array as _array
-from shard_tutorial.assembly import assemble as _assemble
-from shard_tutorial.judge import _not_an_array, judge
+from shard_tutorial.checking.assembly import Disagree as _Disagree
+from shard_tutorial.checking.assembly import array as _array
+from shard_tutorial.checking.assembly import assemble as _assemble
+from shard_tutorial.checking.judge import _not_an_array, judge
+from shard_tutorial.checking.report import (
+    RAN,
+    RAN_NO_COLLECTIVE,
+    CaseResult,
+    CheckReport,
+    DeviceRun,
+)
+from shard_tutorial.checking.worker import answer, describe_exception, describe_output
 from shard_tutorial.problem import Placement
 from shard_tutorial.problems import PROBLEMS
-from shard_tutorial.report import RAN, RAN_NO_COLLECTIVE, CaseResult, CheckReport, DeviceRun
 
 
 @pytest.mark.parametrize("name", list(PROBLEMS))
 def test_each_reference_runs_the_collectives_its_problem_asks_for(name, device_count):
     """The references are what the statements describe, read from their compiled programs."""
-    from shard_tutorial.judge import _judge_technique  # noqa: PLC0415
+    from shard_tutorial.checking.judge import _judge_technique  # noqa: PLC0415
 
     problem = PROBLEMS[name]
     if problem.technique is None:

@@ -20,9 +20,9 @@ from jax.sharding import PartitionSpec as P
 
 from shard_tutorial import PROBLEMS
 from shard_tutorial.__main__ import main
+from shard_tutorial.checking.recording import record
 from shard_tutorial.compiled import communication_lines, sent_by
 from shard_tutorial.explain import Explanation, explain, program_communication
-from shard_tutorial.recording import record
 
 HERE = Path(__file__)
 LINES = {

@@ -2,7 +2,7 @@
 
 :func:`explain` runs a call as it would run (jitted or eager, inside or outside
 ``jax.shard_map``), keeps every program XLA compiled and ran for it
-(:mod:`shard_tutorial.recording`), and lists each collective in them: its kind,
+(:mod:`shard_tutorial.checking.recording`), and lists each collective in them: its kind,
 the devices it spans, what it moves, the bytes each device sends
 (:func:`shard_tutorial.compiled.ring_bytes`, as often as it runs:
 :func:`shard_tutorial.compiled.parse_runs`), and the line of Python it came
@@ -73,7 +73,7 @@ __all__ = [
 
 # The tool's own frames: a program run eagerly under a recording has the
 # recorder's hook as its innermost "user" frame.
-_OWN_FILES = ("shard_tutorial/recording.py", "shard_tutorial/explain.py")
+_OWN_FILES = ("shard_tutorial/checking/recording.py", "shard_tutorial/explain.py")
 _DIMENSIONS = re.compile(r"\bdimensions=\{(\d+)\}")
 # JAX's collective primitives, as the last part of an op_name: what a collective the
 # code asked for is named after, inside shard_map or where a mesh of one device
@@ -388,7 +388,7 @@ def explain(
 
     The call runs as it would (jitted or eager: an eager call runs a program per
     operation, and every one is read), recorded by
-    :func:`shard_tutorial.recording.record`; each collective of every program it
+    :func:`shard_tutorial.checking.recording.record`; each collective of every program it
     ran is traced to its Python line (see the module's notes for what can and
     cannot be traced) and counted in bytes per device as
     :func:`shard_tutorial.compiled.sent_by` counts it. A program run several
@@ -426,7 +426,7 @@ def explain(
       >>> found.arguments[0].sharding
       "P('data') over data=8"
     """
-    from shard_tutorial.recording import record  # noqa: PLC0415 (its hooks load on use)
+    from shard_tutorial.checking.recording import record  # noqa: PLC0415 (its hooks load on use)
 
     with record() as recording:
         result = f(*args, **kwargs)

@@ -117,7 +117,7 @@ class Technique:
     """What a problem practises, as the judge reads it from the compiled programs of a call.
 
     The checker records the very call that produced a solution's answer
-    (:mod:`shard_tutorial.recording`) and reads the programs XLA compiled for it
+    (:mod:`shard_tutorial.checking.recording`) and reads the programs XLA compiled for it
     (:mod:`shard_tutorial.compiled`): which collectives ran, whether the code inside
     ``jax.shard_map`` asked for them or XLA's partitioner added them for
     ``jax.jit``, over how many devices, on how many bytes. Collectives are asked
@@ -156,7 +156,7 @@ class Technique:
     device (or where the collective's axis has one device) a ring of ``n - 1``
     hops makes none, an all-reduce has nothing to add, and an index is always 0,
     so only ``jax.shard_map`` itself is asked for there (see
-    :func:`shard_tutorial.judge.judge`).
+    :func:`shard_tutorial.checking.judge.judge`).
 
     Examples:
       >>> from shard_tutorial.problems import get_problem

@@ -2,7 +2,7 @@
 
 The judge runs in the checker's own process, where the solution's code never ran,
 and holds the problem's oracle. It reads only plain data a worker sent
-(:func:`shard_tutorial._check_worker.answer`): the output's values and layout, and
+(:func:`shard_tutorial.checking.worker.answer`): the output's values and layout, and
 how the output was made, recorded during the very call that returned it: the XLA
 programs it depends on (their collectives, read by :mod:`shard_tutorial.compiled`,
 and their device counts), copies from the host, and earlier arrays shaped like the
@@ -32,7 +32,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from shard_tutorial.assembly import Disagree, array, combine, items, own
+from shard_tutorial.checking.assembly import Disagree, array, combine, items, own
+from shard_tutorial.checking.report import RAN, RAN_NO_COLLECTIVE, explained
 from shard_tutorial.compiled import (
     Collective,
     Frame,
@@ -49,7 +50,6 @@ from shard_tutorial.problem import (
     fingerprint,
     precise,
 )
-from shard_tutorial.report import RAN, RAN_NO_COLLECTIVE, explained
 
 __all__ = ["judge", "judge_cluster", "judge_refusal"]
 
@@ -77,7 +77,7 @@ def judge_refusal(case: Case, event: dict[str, Any]) -> tuple[str, str]:
       one derived from it); else ``("fail", ...)`` saying what it did instead.
 
     Examples:
-      >>> from shard_tutorial.judge import judge_refusal
+      >>> from shard_tutorial.checking.judge import judge_refusal
       >>> from shard_tutorial.problem import Case
       >>> case = Case("a fractional seed", (3.5,), raises="ValueError")
       >>> judge_refusal(case, {"event": "output"})[0]
@@ -180,8 +180,8 @@ def judge(
 
     Examples:
       >>> import jax.numpy as jnp
-      >>> from shard_tutorial._check_worker import answer
-      >>> from shard_tutorial.judge import judge
+      >>> from shard_tutorial.checking.worker import answer
+      >>> from shard_tutorial.checking.judge import judge
       >>> from shard_tutorial.problems import get_problem
       >>> psum = get_problem("shard_map_psum")
       >>> case = psum.cases[0]
@@ -461,10 +461,10 @@ def _judge_budget(
     """The verdict on what the programs an answer came from send and hold, per device.
 
     ``grown``: what each program of the answer to the budget's larger copy of the
-    case held (:func:`shard_tutorial._check_worker.held_on`), for ``"growth"``.
+    case held (:func:`shard_tutorial.checking.worker.held_on`), for ``"growth"``.
 
     Examples:
-      >>> from shard_tutorial.judge import _judge_budget
+      >>> from shard_tutorial.checking.judge import _judge_budget
       >>> from shard_tutorial.problem import Budget
       >>> budget = Budget(lambda args: {}, "keep n slots, not M")
       >>> held = lambda size: [{"memory": {"temp": size}, "held_before": 0}]
@@ -645,7 +645,7 @@ def _unused(
     """What the problem asks for that the programs run but their outputs do not use.
 
     ``primitives`` lists every operation a program traced; ``live`` those whose results
-    reach its outputs (:func:`shard_tutorial.dataflow.flow`: a product with a constant
+    reach its outputs (:func:`shard_tutorial.checking.dataflow.flow`: a product with a constant
     zero uses neither factor). Asked for: shard_map, and unless ``shard_map_only`` (a
     mesh of one device), the technique's primitives and a primitive of each kind of
     collective it names.

@@ -41,7 +41,7 @@ SYMBOLS = {
 RAN_NO_COLLECTIVE = "the program that computed it runs no collective over more than one device"
 """Added to a wrong value's bare message on several devices whose program combined nothing."""
 RAN = "the program that computed it runs "
-"""How the note on a wrong value's bare message begins (see :func:`shard_tutorial.judge._what_ran`)."""
+"""How the note on a wrong value's bare message begins (see :func:`shard_tutorial.checking.judge._what_ran`)."""
 
 
 def explained(message: str) -> bool:
@@ -52,7 +52,7 @@ def explained(message: str) -> bool:
     the sum of ...``).
 
     Examples:
-      >>> from shard_tutorial.report import explained
+      >>> from shard_tutorial.checking.report import explained
       >>> explained("value: expected 496.0, received 6.0")
       False
       >>> explained("value: expected 496.0, received 6.0. That is one device's partial sum.")
@@ -82,7 +82,7 @@ class CaseResult:
         with an answer to compute.
 
     Examples:
-      >>> from shard_tutorial.report import CaseResult
+      >>> from shard_tutorial.checking.report import CaseResult
       >>> CaseResult("a 2-D x", "x=float32[1,2]", "pass", raises="ValueError").row_label
       'refused (ValueError): a 2-D x'
       >>> CaseResult("empty", "x=float32[0]", "pass").row_label

@@ -9,7 +9,7 @@ out. :meth:`Recording.lineage` then walks back from the result to what it was ma
 from: the programs it depends on, and the copies from the host that fed them.
 Programs whose results were thrown away are not in it.
 
-This is how the checker (:mod:`shard_tutorial.judge`) sees how a solution computed
+This is how the checker (:mod:`shard_tutorial.checking.judge`) sees how a solution computed
 its answer, from the very call that produced the values it judges, and how a page
 can show what an eager, op-by-op computation ran.
 
@@ -39,7 +39,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from shard_tutorial.dataflow import Flow, flow
+from shard_tutorial.checking.dataflow import Flow, flow
 
 __all__ = ["Copy", "Lineage", "Recording", "Run", "record"]
 
@@ -67,7 +67,7 @@ class Run:
         ``alias`` (outputs that reuse an argument's buffer) and ``peak`` (the
         most held at once); empty when the backend does not say.
       live: the primitives whose results reach the program's outputs (not those
-        only multiplied by zero, say: :func:`shard_tutorial.dataflow.flow`); None
+        only multiplied by zero, say: :func:`shard_tutorial.checking.dataflow.flow`); None
         when the program could not be read so, and every primitive counts.
       live_inputs: for each input, whether an output depends on it; None when the
         program could not be read so, and every input counts.
@@ -121,7 +121,7 @@ def _not_the_readers() -> tuple[str, ...]:
     """Where JAX, jaxlib, this package and the installed libraries live."""
     import jaxlib  # noqa: PLC0415
 
-    folders = [jax.__file__, jaxlib.__file__, __file__]
+    folders = [jax.__file__, jaxlib.__file__, str(Path(__file__).parent)]  # shard_tutorial/*
     return (
         *(str(Path(f).resolve().parent) + os.sep for f in folders),
         "site-packages",
@@ -137,7 +137,7 @@ def _readers_line() -> tuple[str, int] | None:
     package (a solution file, a notebook cell, a script); None if the stack has none.
 
     Examples:
-      >>> from shard_tutorial.recording import _readers_line
+      >>> from shard_tutorial.checking.recording import _readers_line
       >>> _readers_line()[1] > 0  # this doctest's own line
       True
     """
@@ -227,7 +227,7 @@ class Recording:
 
         Examples:
           >>> import jax, jax.numpy as jnp
-          >>> from shard_tutorial.recording import record
+          >>> from shard_tutorial.checking.recording import record
           >>> before = jax.live_arrays()  # kept alive: no later array can reuse an id
           >>> with record() as recording:
           ...     recording.earlier = frozenset(id(a) for a in before)
@@ -299,7 +299,7 @@ class Recording:
 
         Examples:
           >>> import jax.numpy as jnp
-          >>> from shard_tutorial.recording import record
+          >>> from shard_tutorial.checking.recording import record
           >>> x = jnp.arange(4.0)
           >>> with record() as recording:
           ...     thrown_away = jnp.cos(x)
@@ -368,7 +368,7 @@ def record() -> Iterator[Recording]:
     Examples:
       >>> import jax
       >>> import jax.numpy as jnp
-      >>> from shard_tutorial.recording import record
+      >>> from shard_tutorial.checking.recording import record
       >>> x = jnp.ones(3)
       >>> with record() as recording:
       ...     y = jax.jit(lambda v: v.sum())(x)
@@ -413,7 +413,7 @@ def _placement_copy(
 
     Examples:
       >>> import jax.numpy as jnp
-      >>> from shard_tutorial.recording import _placement_copy
+      >>> from shard_tutorial.checking.recording import _placement_copy
       >>> x = jnp.ones(4)
       >>> _placement_copy(frozenset({"broadcast_in_dim", "shard_map"}), [x], [x[None]])
       True
@@ -523,7 +523,7 @@ def _key(array: Any) -> int:
 
     Examples:
       >>> import jax
-      >>> from shard_tutorial.recording import _key
+      >>> from shard_tutorial.checking.recording import _key
       >>> key = jax.random.key(0)
       >>> _key(key) == id(jax.random.key_data(key)) != id(key)
       True

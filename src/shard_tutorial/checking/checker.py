@@ -1,7 +1,7 @@
 """Check a solution to a problem, on one device and on many, and say what is wrong.
 
 The device count of a JAX process is fixed when JAX starts, so each device count runs
-in a fresh Python process (:mod:`shard_tutorial._check_worker`), by default 1 and 8
+in a fresh Python process (:mod:`shard_tutorial.checking.worker`), by default 1 and 8
 fake CPU devices at the same time. A worker only runs the solution: it calls it on
 each case (the problem's :attr:`~shard_tutorial.problem.Problem.cases`, which the
 package's tests use too, a few fresh random ones from a printed seed, and the inputs
@@ -10,12 +10,12 @@ there) and sends back what it returned, or raised, as plain data: values, dtype,
 shape, how the output is split over the devices, and how it was made, recorded
 during that same call (the XLA programs it came from, with their collectives and
 device counts). The verdict is given in the checker's own process, where the
-reader's code never ran (:mod:`shard_tutorial.judge`): the values against the
+reader's code never ran (:mod:`shard_tutorial.checking.judge`): the values against the
 problem's NumPy oracle, then where and how they were computed
 (:attr:`~shard_tutorial.problem.Problem.technique`) and the output's layout
 (:attr:`~shard_tutorial.problem.Problem.placement`); for a refused input, the error
-raised. The report is :mod:`shard_tutorial.report`'s; a cluster's answers are put together by
-:mod:`shard_tutorial.assembly`.
+raised. The report is :mod:`shard_tutorial.checking.report`'s; a cluster's answers are put together by
+:mod:`shard_tutorial.checking.assembly`.
 
 The checker is a teaching aid: it catches the usual shortcuts (an answer computed
 on the host or on one device, by ``jax.jit``'s automatic partitioning, with a
@@ -32,7 +32,7 @@ devices never reach) is stopped, and the remaining cases run in a new process; a
 two timeouts plus its normal time, whatever the solution does.
 
 The workers are forked from a process that has imported JAX already, kept for the
-life of the checker's process (:mod:`shard_tutorial._check_zygote`), rather than
+life of the checker's process (:mod:`shard_tutorial.checking.zygote`), rather than
 started afresh: each start would spend 1.3 s of CPU importing the same modules.
 
 From Python or a notebook, pass the function; from a terminal, the file that defines it::
@@ -66,13 +66,13 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from shard_tutorial._check_worker import MEMORY_SIGNS, is_library_file
-from shard_tutorial._check_zygote import ZYGOTES, Forked
-from shard_tutorial.judge import judge, judge_cluster, judge_refusal
+from shard_tutorial.checking.judge import judge, judge_cluster, judge_refusal
+from shard_tutorial.checking.report import CaseResult, CheckReport, DeviceRun
+from shard_tutorial.checking.worker import MEMORY_SIGNS, is_library_file
+from shard_tutorial.checking.zygote import ZYGOTES, Forked
 from shard_tutorial.problem import Case, Problem
 from shard_tutorial.problems import get_problem
 from shard_tutorial.process_tree import cpu_seconds, kill_descendants
-from shard_tutorial.report import CaseResult, CheckReport, DeviceRun
 
 __all__ = [
     "DEFAULT_DEADLINE",
@@ -294,7 +294,7 @@ def check(
     else:
         seed = None
     if refusals:
-        cases += problem.refusals  # last: the worker lays out none of them (_check_worker)
+        cases += problem.refusals  # last: the worker lays out none of them (worker.py)
     if load_error is not None:
         runs = tuple(DeviceRun(n, (), load_error, processes if n > 1 else 1) for n in counts)
         notes: tuple[str, ...] = ()
@@ -581,7 +581,7 @@ class _Check:
             raise _Cancelled
         else:
             process = subprocess.Popen(
-                [sys.executable, "-m", "shard_tutorial._check_worker"],
+                [sys.executable, "-m", "shard_tutorial.checking.worker"],
                 stdin=subprocess.PIPE,
                 stdout=output,
                 stderr=subprocess.STDOUT,
