@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import inspect
 import math
 import re
@@ -821,26 +820,6 @@ def precise(array: np.ndarray) -> np.ndarray:
         if jnp.issubdtype(array.dtype, kind):
             return array.astype(wide)
     return array.astype(np.int64)  # bool
-
-
-def fingerprint(array: Any) -> str:
-    """A digest of an array's shape and values as numbers: the same for the same values.
-
-    The values are compared as :func:`precise` widens them (a float32 array and a
-    bfloat16 one with the same numbers match), with ``-0.0`` taken as ``0.0``:
-    ``y + 0 * z`` has the values of ``y``, and this digest.
-
-    Examples:
-      >>> import numpy as np
-      >>> from shard_tutorial.problem import fingerprint
-      >>> a = np.array([1.5, -0.0], np.float32)
-      >>> fingerprint(a) == fingerprint(np.array([1.5, 0.0])), fingerprint(a) == fingerprint(a[:1])
-      (True, False)
-    """
-    values = np.ascontiguousarray(precise(np.asarray(array)) + 0)  # -0.0 + 0 is 0.0
-    digest = hashlib.sha256(repr(values.shape).encode())
-    digest.update(values.tobytes())
-    return digest.hexdigest()
 
 
 _RESULT_DTYPES: dict[tuple[Any, ...], Any] = {}

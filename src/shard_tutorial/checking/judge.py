@@ -33,6 +33,7 @@ import jax
 import numpy as np
 
 from shard_tutorial.checking.assembly import Disagree, array, combine, items, own
+from shard_tutorial.checking.digest import fingerprint
 from shard_tutorial.checking.report import RAN, RAN_NO_COLLECTIVE, explained
 from shard_tutorial.compiled import (
     Collective,
@@ -47,7 +48,6 @@ from shard_tutorial.problem import (
     Case,
     Problem,
     Technique,
-    fingerprint,
     precise,
 )
 

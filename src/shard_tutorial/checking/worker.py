@@ -433,7 +433,7 @@ def answer(
 LINES = 8  # the reader's lines a program's operations came from, sent for the verdicts
 CANDIDATES = 8  # arrays shaped like an output sent per output, to find where the answer was made
 CANDIDATE_BYTES = 8 * 2**20  # at most this many bytes each
-# Past those, a digest of each array's values (problem.fingerprint): no flood of arrays
+# Past those, a digest of each array's values (digest.fingerprint): no flood of arrays
 # shaped like the output, before or after it, hides the one the answer is a copy of.
 FINGERPRINTS = 512
 TEXT_LIMIT = 200_000  # characters of a program's communication lines sent
@@ -475,9 +475,9 @@ def describe_lineage(
     import jax  # noqa: PLC0415
     import numpy as np  # noqa: PLC0415
 
+    from shard_tutorial.checking.digest import fingerprint  # noqa: PLC0415
     from shard_tutorial.checking.recording import Copy  # noqa: PLC0415
     from shard_tutorial.compiled import communication_lines  # noqa: PLC0415
-    from shard_tutorial.problem import fingerprint  # noqa: PLC0415
 
     lineage = recording.lineage(received, args, earlier=earlier)
     programs = []

@@ -507,6 +507,7 @@ def _preload() -> None:
     import numpy as np  # noqa: F401, PLC0415
     from jax._src import xla_bridge  # noqa: PLC0415
 
+    import shard_tutorial.checking.digest  # noqa: PLC0415
     import shard_tutorial.checking.recording  # noqa: PLC0415
     import shard_tutorial.checking.worker  # noqa: PLC0415
     import shard_tutorial.compiled  # noqa: PLC0415
