@@ -72,7 +72,14 @@ from shard_tutorial.checking.worker import MEMORY_SIGNS, is_library_file
 from shard_tutorial.checking.zygote import ZYGOTES, Forked
 from shard_tutorial.problem import Case, Problem
 from shard_tutorial.problems import get_problem
-from shard_tutorial.process_tree import cpu_seconds, kill_descendants
+from shard_tutorial.processes import (
+    bindable_port,
+    cpu_seconds,
+    environments,
+    kill_descendants,
+    require_seconds,
+    signal_name,
+)
 
 __all__ = [
     "DEFAULT_DEADLINE",
@@ -269,15 +276,8 @@ def check(
             f"{wrong[0]}: each process of a cluster gets the same number of devices"
         )
         raise ValueError(msg)
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
-        msg = f"timeout must be a number of seconds, got {type(timeout).__name__} {timeout!r}"
-        raise TypeError(msg)
-    if not 0 < timeout < math.inf:
-        msg = f"timeout must be a positive, finite number of seconds, got {timeout!r}"
-        raise ValueError(msg)
-    if isinstance(deadline, bool) or not deadline > 0:
-        msg = f"deadline must be a positive number of seconds, got {deadline!r}"
-        raise ValueError(msg)
+    timeout = require_seconds(timeout, "timeout")
+    deadline = require_seconds(deadline, "deadline", finite=False)
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         msg = f"seed must be a whole number, got {type(seed).__name__} {seed!r}"
         raise TypeError(msg)
@@ -502,10 +502,8 @@ class _Check:
         """
         cluster = None
         if processes > 1:
-            from shard_tutorial.launcher import _bindable_port  # noqa: PLC0415
-
             cluster = {
-                "coordinator": f"127.0.0.1:{_bindable_port(None)}",
+                "coordinator": f"127.0.0.1:{bindable_port(None)}",
                 "processes": processes,
                 "parent": os.getpid(),
             }
@@ -1061,11 +1059,7 @@ def _how_it_ended(status: int | None) -> str:
     if status is None:
         return "it closed its channel to the checker"
     if status < 0:
-        try:
-            name = signal.Signals(-status).name
-        except ValueError:
-            name = f"signal {-status}"
-        return f"killed by {name}"
+        return f"killed by {signal_name(-status)}"
     return f"exit status {status}"
 
 
@@ -1093,20 +1087,10 @@ def _end_descendants(token: str) -> None:
     here by the token (Linux's ``/proc``; elsewhere nothing is done).
     """
     marker = f"{_TOKEN}={token}".encode()
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return
-    me = os.getpid()
-    for entry in proc.iterdir():
-        if not entry.name.isdigit() or int(entry.name) == me:
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:  # gone, or not ours to read
-            continue
-        if marker in environ.split(b"\0"):
+    for pid, variables in environments():
+        if marker in variables:
             with contextlib.suppress(OSError):
-                os.kill(int(entry.name), signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
 
 
 def _end_orphans() -> None:
@@ -1115,20 +1099,11 @@ def _end_orphans() -> None:
     A check's token starts with the pid of the process that ran it; a process that
     still carries the token of a process that no longer exists is an orphan.
     """
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return
     prefix = f"{_TOKEN}=".encode()
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        for variable in environ.split(b"\0"):
+    for pid, variables in environments():
+        for variable in variables:
             if variable.startswith(prefix):
                 owner = variable[len(prefix) :].split(b"-")[0]
                 if owner.isdigit() and not Path(f"/proc/{int(owner)}").exists():
                     with contextlib.suppress(OSError):
-                        os.kill(int(entry.name), signal.SIGKILL)
+                        os.kill(pid, signal.SIGKILL)

@@ -608,9 +608,9 @@ def _join_cluster(cluster: dict[str, Any]) -> None:
     """Join the cluster the checker started this process in (JAX's runtime, gloo)."""
     import jax  # noqa: PLC0415
 
-    from shard_tutorial.launcher import _die_with_launcher  # noqa: PLC0415
+    from shard_tutorial.processes import die_with  # noqa: PLC0415
 
-    _die_with_launcher(cluster["parent"])
+    die_with(cluster["parent"])
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(
         coordinator_address=cluster["coordinator"],
@@ -640,9 +640,9 @@ def main() -> int:
             data = data[write(channel, data) :]
 
     if request.get("parent"):  # killed with the checker, even if it is killed with SIGKILL
-        from shard_tutorial.launcher import _die_with_launcher  # noqa: PLC0415
+        from shard_tutorial.processes import die_with  # noqa: PLC0415
 
-        _die_with_launcher(int(request["parent"]))
+        die_with(int(request["parent"]))
     from shard_tutorial.devices import use_cpu_devices  # noqa: PLC0415 (before JAX starts)
 
     use_cpu_devices(request["devices"])

@@ -22,7 +22,7 @@ Every guarantee of the checker's holds for a forked worker as for a started one:
   request, and the worker runs nothing of the solution's before it has read it.
 - It dies with the checker, even if the checker is killed with ``SIGKILL``: the
   worker dies with the zygote (``PR_SET_PDEATHSIG``, as
-  :func:`shard_tutorial.launcher._die_with_launcher` sets it for a started worker),
+  :func:`shard_tutorial.processes.die_with` sets it for a started worker),
   and the zygote exits as soon as the checker is gone (it watches a pidfd of the
   checker and its socket to it), killing the sessions of its workers and reaping
   them first. The checker, at its exit, closes the socket and waits for that: once
@@ -66,7 +66,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO, NoReturn
 
-from shard_tutorial.process_tree import become_subreaper, children, kill_descendants
+from shard_tutorial.processes import become_subreaper, children, kill_descendants
 
 ROOM_VARIABLE = "SHARD_TUTORIAL_CHECK_ROOM"
 """The zygote's last environment variable: room for a worker's own variables (its token)."""
@@ -512,9 +512,9 @@ def _preload() -> None:
     import shard_tutorial.checking.worker  # noqa: PLC0415
     import shard_tutorial.compiled  # noqa: PLC0415
     import shard_tutorial.devices  # noqa: PLC0415
-    import shard_tutorial.launcher  # noqa: PLC0415
     import shard_tutorial.problem  # noqa: PLC0415
-    import shard_tutorial.problems  # noqa: F401, PLC0415 (the problems' arrange and limits)
+    import shard_tutorial.problems  # noqa: PLC0415 (the problems' arrange and limits)
+    import shard_tutorial.processes  # noqa: F401, PLC0415
 
     if getattr(xla_bridge, "_backends", None):
         msg = "a JAX backend started during the imports: the device count would be fixed"
@@ -630,7 +630,7 @@ class _Server:
     def _sweep(self) -> None:
         """Kill and reap every child that is not a worker: orphans of what workers started.
 
-        The zygote is a subreaper (:func:`shard_tutorial.process_tree.become_subreaper`):
+        The zygote is a subreaper (:func:`shard_tutorial.processes.become_subreaper`):
         a process a worker's child started, then left (a double fork, a new session
         without the check's token in its environment), becomes the zygote's child when
         its parent exits, and is ended here.
@@ -666,9 +666,9 @@ class _Server:
         """In the forked child: become the worker the checker asked for; never returns."""
         try:
             os.setsid()  # before the checker has the pid: it may killpg it at once
-            from shard_tutorial.launcher import _die_with_launcher  # noqa: PLC0415
+            from shard_tutorial.processes import die_with  # noqa: PLC0415
 
-            _die_with_launcher(self.me)  # the zygote dies with the checker
+            die_with(self.me)  # the zygote dies with the checker
             os.write(ready, b"\0")
             # Only the descriptors a started worker has: 0, 1, 2, its channel, and
             # what the imports opened (no socket, pidfd or other worker's pipe).
