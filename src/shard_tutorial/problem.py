@@ -21,6 +21,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from shard_tutorial.meshes import usable_device_count
+
 __all__ = [
     "ONE_DEVICE_RULE",
     "Budget",
@@ -187,7 +189,7 @@ class Budget:
 
     - ``sent``: the bytes each device sends, summed over the collectives of those
       programs (over more than one device), each counted as its ring algorithm sends
-      it (:func:`shard_tutorial.compiled.ring_bytes`);
+      it (:func:`shard_tutorial.collective_costs.ring_bytes`);
     - ``peak``: the most bytes one device holds at once within any one of those
       programs, from XLA's memory analysis (``peak_memory_in_bytes``; on the CPU
       backend of jax 0.10 and 0.12 it counts the arguments and outputs only, not
@@ -567,8 +569,6 @@ class Problem:
         """
         if self.mesh is not None:
             return tuple(self.mesh(case.args, devices))
-        from shard_tutorial.meshes import usable_device_count  # noqa: PLC0415
-
         first = next(a for a in case.args if isinstance(a, np.ndarray | jax.Array))
         return (usable_device_count(int(np.shape(first)[0]) if np.ndim(first) else 1, devices),)
 

@@ -35,13 +35,8 @@ import numpy as np
 from shard_tutorial.checking.assembly import Disagree, array, combine, items, own
 from shard_tutorial.checking.digest import fingerprint
 from shard_tutorial.checking.report import RAN, RAN_NO_COLLECTIVE, explained
-from shard_tutorial.compiled import (
-    Collective,
-    Frame,
-    host_callbacks,
-    parse_collectives,
-    sent_by,
-)
+from shard_tutorial.collective_costs import sent_by
+from shard_tutorial.compiled import Collective, Frame, host_callbacks, parse_collectives
 from shard_tutorial.problem import (
     KINDS_IN_WORDS,
     Budget,
@@ -476,7 +471,7 @@ def _judge_budget(
     if "sent" in limits:
         found, sent = [], 0.0
         for program in programs:
-            # A collective in a loop counts once per iteration (compiled.sent_by).
+            # A collective in a loop counts once per iteration (collective_costs.sent_by).
             bytes_sent, collectives = sent_by(
                 str(program.get("text", "")), int(program.get("devices", 1))
             )
