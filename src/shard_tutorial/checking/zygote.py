@@ -505,7 +505,6 @@ def _preload() -> None:
     import jax  # noqa: PLC0415
     import jax.numpy  # noqa: F401, PLC0415
     import numpy as np  # noqa: F401, PLC0415
-    from jax._src import xla_bridge  # noqa: PLC0415
 
     import shard_tutorial.checking.digest  # noqa: PLC0415
     import shard_tutorial.checking.recording  # noqa: PLC0415
@@ -515,8 +514,9 @@ def _preload() -> None:
     import shard_tutorial.problem  # noqa: PLC0415
     import shard_tutorial.problems  # noqa: PLC0415 (the problems' arrange and limits)
     import shard_tutorial.processes  # noqa: F401, PLC0415
+    from shard_tutorial.checking.jax_internals import XLA_BACKENDS  # noqa: PLC0415
 
-    if getattr(xla_bridge, "_backends", None):
+    if XLA_BACKENDS.get(None):
         msg = "a JAX backend started during the imports: the device count would be fixed"
         raise _Unusable(msg)
 
