@@ -20,6 +20,7 @@ import numpy as np
 
 from shard_tutorial.checking.checker import RANDOM_CASES
 from shard_tutorial.checking.judge import judge, judge_refusal
+from shard_tutorial.checking.protocol import decode_answer
 from shard_tutorial.checking.report import CaseResult, CheckReport, DeviceRun
 from shard_tutorial.checking.worker import answer, held_on, load_solution
 from shard_tutorial.problem import Case, Problem
@@ -46,10 +47,7 @@ def judged(problem: Problem, solution: Callable[..., Any], case: Case) -> tuple[
         event["how"]["limits"] = limits
         if grown is not None:
             event["how"]["grown"] = held_on(answer, solution, grown)
-    cut = len(data) - event["how_nbytes"]
-    return judge(
-        problem, case, event["output"], data[:cut], jax.device_count(), event["how"], data[cut:]
-    )
+    return judge(problem, case, decode_answer(event, data), jax.device_count())
 
 
 def verdicts(

@@ -67,6 +67,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from shard_tutorial.checking.judge import judge, judge_cluster, judge_refusal
+from shard_tutorial.checking.protocol import decode_answer
 from shard_tutorial.checking.report import CaseResult, CheckReport, DeviceRun
 from shard_tutorial.checking.worker import MEMORY_SIGNS, is_library_file
 from shard_tutorial.checking.zygote import ZYGOTES, Forked
@@ -858,21 +859,13 @@ class _Follow:
             if event["memory"] is True:
                 status, message = "memory", _memory_message(message)
         elif len(answers) == 1:
-            event, payload = answers[0]
-            output, how, extra = _split(event, payload)
-            status, message = judge(
-                self.check.problem, self.check.cases[index], event["output"], output,
-                self.devices, how, extra,
-            )  # fmt: skip
-            seconds = float(event["seconds"])
+            answer = decode_answer(*answers[0])
+            status, message = judge(self.check.problem, case, answer, self.devices)
+            seconds = answer.seconds or 0.0
         else:
-            split = [_split(answers[p][0], answers[p][1]) for p in sorted(answers)]
-            status, message = judge_cluster(
-                self.check.problem, self.check.cases[index],
-                [answers[p][0]["output"] for p in sorted(answers)],
-                [output for output, _, _ in split], self.devices, split[0][1], split[0][2],
-            )  # fmt: skip
-            seconds = max(float(answers[p][0]["seconds"]) for p in answers)
+            decoded = [decode_answer(*answers[p]) for p in sorted(answers)]
+            status, message = judge_cluster(self.check.problem, case, decoded, self.devices)
+            seconds = max(answer.seconds or 0.0 for answer in decoded)
         self.outcome.results[index] = self.check.result(index, status, message, seconds)
 
     def _garbled(self, process: int) -> None:
@@ -995,16 +988,6 @@ def _cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
-
-
-def _split(event: dict[str, Any], payload: bytes) -> tuple[bytes, dict[str, Any] | None, bytes]:
-    """An output event's bytes as the output's values, how it was made, and the candidates'."""
-    how = event.get("how")
-    extra = int(event.get("how_nbytes", 0)) if isinstance(how, dict) else 0
-    if not 0 <= extra <= len(payload):
-        return payload, {"error": "the worker's report on it was garbled"}, b""
-    cut = len(payload) - extra
-    return payload[:cut], how if isinstance(how, dict) else None, payload[cut:]
 
 
 class _Cancelled(Exception):

@@ -23,6 +23,7 @@ answer. In order:
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 from collections.abc import Sequence
@@ -34,6 +35,7 @@ import numpy as np
 
 from shard_tutorial.checking.assembly import Disagree, array, combine, items, own
 from shard_tutorial.checking.digest import fingerprint
+from shard_tutorial.checking.protocol import Answer
 from shard_tutorial.checking.report import RAN, RAN_NO_COLLECTIVE, explained
 from shard_tutorial.collective_costs import sent_by
 from shard_tutorial.compiled import Collective, Frame, host_callbacks, parse_collectives
@@ -95,22 +97,26 @@ def judge_refusal(case: Case, event: dict[str, Any]) -> tuple[str, str]:
 
 
 def judge_cluster(
-    problem: Problem,
-    case: Case,
-    outputs: list[dict[str, Any]],
-    payloads: list[bytes],
-    devices: int,
-    how: dict[str, Any] | None = None,
-    how_payload: bytes = b"",
+    problem: Problem, case: Case, answers: Sequence[Answer], devices: int
 ) -> tuple[str, str]:
     """The verdict on ``case`` from what each process of a cluster returned.
 
-    ``how`` is how process 0 made its answer (every process runs the same programs).
+    How the answer was made is read from process 0's (every process runs the same
+    programs).
 
     Arrays are put back together from every process' shards (no collective ran to
     gather them) and judged as one, item by item for a tuple; anything else is
     judged process by process.
     """
+    outputs = [answer.output for answer in answers]
+    payloads = [answer.values for answer in answers]
+    made = dataclasses.replace(answers[0], output={}, values=b"")  # how, and its candidates
+
+    def judged(output: dict[str, Any], values: bytes) -> tuple[str, str]:
+        return judge(
+            problem, case, dataclasses.replace(made, output=output, values=values), devices
+        )
+
     names = problem.outputs
     lengths = {len(o.get("items", ())) for o in outputs}
     if names and all("items" in o for o in outputs) and len(lengths) == 1:
@@ -125,19 +131,17 @@ def judge_cluster(
         if all(result is not None for result in combined):
             parts_ = [result for result in combined if isinstance(result, tuple)]
             header = {**outputs[0], "items": [item for item, _ in parts_]}
-            return judge(
-                problem, case, header, b"".join(d for _, d in parts_), devices, how, how_payload
-            )
+            return judged(header, b"".join(d for _, d in parts_))
     elif not names:
         result = combine(outputs, payloads)
         if isinstance(result, str):
             return "fail", result
         if result is not None:
-            return judge(problem, case, result[0], result[1], devices, how, how_payload)
+            return judged(result[0], result[1])
     count = len(outputs)
     for process, (output, payload) in enumerate(zip(outputs, payloads, strict=True)):
         try:
-            status, message = judge(problem, case, *own(output, payload), devices, how, how_payload)
+            status, message = judged(*own(output, payload))
         except Disagree as error:
             status, message = "fail", str(error)
         if status != "pass":
@@ -145,25 +149,16 @@ def judge_cluster(
     return "pass", ""
 
 
-def judge(
-    problem: Problem,
-    case: Case,
-    output: dict[str, Any],
-    payload: bytes,
-    devices: int,
-    how: dict[str, Any] | None = None,
-    how_payload: bytes = b"",
-) -> tuple[str, str]:
+def judge(problem: Problem, case: Case, answer: Answer, devices: int) -> tuple[str, str]:
     """The verdict on what a solution returned for ``case``: a status and a message.
 
     Args:
       problem: the problem.
       case: the case that was run.
-      output: the worker's description of the output (its ``"output"``).
-      payload: the output's values.
+      answer: what the worker reported (:func:`~shard_tutorial.checking.protocol.decode_answer`):
+        the output's description and values, and how it was made (``answer.how``; None:
+        not judged) with the values of the candidates it lists.
       devices: the run's device count, which decides the mesh the contract asks for.
-      how: how the output was made (the worker's ``"how"``); None: not judged.
-      how_payload: the values of the candidates ``how`` lists.
 
     Returns:
       ``("pass", "")``; ``("pass", why)`` where the case cannot show the technique
@@ -177,15 +172,16 @@ def judge(
       >>> import jax.numpy as jnp
       >>> from shard_tutorial.checking.worker import answer
       >>> from shard_tutorial.checking.judge import judge
+      >>> from shard_tutorial.checking.protocol import decode_answer
       >>> from shard_tutorial.problems import get_problem
       >>> psum = get_problem("shard_map_psum")
       >>> case = psum.cases[0]
       >>> event, data = answer(jnp.sum, psum.arranged(case))
-      >>> status, message = judge(psum, case, event["output"], data[: len(data) - event["how_nbytes"]],
-      ...                         1, event["how"], data[len(data) - event["how_nbytes"] :])
+      >>> status, message = judge(psum, case, decode_answer(event, data), 1)
       >>> status, message.split(":")[0]
       ('technique', 'right values, computed with jax.numpy or jax.jit, not with jax.shard_map')
     """
+    output, payload, how = answer.output, answer.values, answer.how
     names = problem.outputs
     if names:
         wanted = f"the tuple ({', '.join(names)})"
@@ -234,7 +230,7 @@ def judge(
             expected = problem.expected(case, devices)
         verdict = _judge_how(
             problem, case, [item for _, item, _ in labelled],
-            list(expected) if names else [expected], devices, how, how_payload, arrays,
+            list(expected) if names else [expected], devices, how, answer.candidates, arrays,
         )  # fmt: skip
         if verdict is not None and verdict[0] != "pass":
             return verdict

@@ -42,6 +42,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from shard_tutorial.checking.protocol import Answer, encode_answer
+
 MESSAGE_LIMIT = 4000  # characters of an error message kept in a report
 FRAME_LIMIT = 12  # frames of the solution's own code kept in a report
 # JAX's note that it hid its own frames: true here too, and not what a reader needs.
@@ -369,10 +371,10 @@ def answer(
         :func:`describe_exception`, bound as ``record`` is; None: this module's.
 
     Returns:
-      The event to report (``"output"`` with the output's header and, under
-      ``"how"``, how it was made: see :func:`describe_lineage`; or ``"raised"``),
-      and its bytes: the output's values, then the candidates' (``"how_nbytes"``
-      of them).
+      The event to report and its bytes: an :class:`~shard_tutorial.checking.protocol.Answer`
+      as :func:`~shard_tutorial.checking.protocol.encode_answer` sends it (the output's
+      header and, under ``"how"``, how it was made: see :func:`describe_lineage`), or
+      ``"raised"``, with no bytes.
 
     Examples:
       >>> import jax.numpy as jnp
@@ -420,14 +422,7 @@ def answer(
         how, extra = {"error": explain(error).splitlines()[0]}, b""
     if intact is not None and not intact():
         how["intact"] = False
-    event = {
-        "event": "output",
-        "output": header,
-        "how": how,
-        "how_nbytes": len(extra),
-        "seconds": round(seconds, 3),
-    }
-    return event, payload + extra
+    return encode_answer(Answer(header, payload, how, extra, round(seconds, 3)))
 
 
 LINES = 8  # the reader's lines a program's operations came from, sent for the verdicts
