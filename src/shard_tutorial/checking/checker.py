@@ -67,7 +67,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from shard_tutorial.checking.judge import judge, judge_cluster, judge_refusal
-from shard_tutorial.checking.protocol import decode_answer
+from shard_tutorial.checking.protocol import Verdict, decode_answer
 from shard_tutorial.checking.report import CaseResult, CheckReport, DeviceRun
 from shard_tutorial.checking.worker import MEMORY_SIGNS, is_library_file
 from shard_tutorial.checking.zygote import ZYGOTES, Forked
@@ -453,7 +453,7 @@ class _Check:
         """Case ``index``'s result, with its label, its arguments and any error it asks for."""
         case = self.cases[index]
         return CaseResult(
-            case.label, self.problem.describe(case), status, message, seconds, case.raises
+            case.label, self.problem.describe(case), Verdict(status), message, seconds, case.raises
         )
 
     def run(self, devices: int, processes: int = 1) -> DeviceRun:
@@ -468,16 +468,17 @@ class _Check:
             if outcome.stopped is None:
                 break
             index, status, message = outcome.stopped
-            seconds = self.timeout if status == "timeout" else 0.0  # a crash's moment: unknown
+            # A hang lasted the timeout; a crash's moment is unknown.
+            seconds = self.timeout if status == Verdict.TIMEOUT else 0.0
             results[index] = self.result(index, status, message, seconds)
             lost_in_a_row = lost_in_a_row + 1 if not outcome.results else 1
-            hangs += status == "timeout"
+            hangs += status == Verdict.TIMEOUT
             start = index + 1
             if time.monotonic() > self.deadline:
                 for rest in range(start, len(self.cases)):
                     results[rest] = self.result(
                         rest,
-                        "not run",
+                        Verdict.NOT_RUN,
                         f"not run: the check's deadline of {self.seconds:g} s was reached",
                     )
                 break
@@ -486,11 +487,13 @@ class _Check:
                 for rest in range(start, len(self.cases)):
                     results[rest] = self.result(
                         rest,
-                        "not run",
+                        Verdict.NOT_RUN,
                         f"not run, after {why} that stopped the process running the solution",
                     )
                 break
-        ordered = tuple(results.get(i) or self.result(i, "not run") for i in range(len(self.cases)))
+        ordered = tuple(
+            results.get(i) or self.result(i, Verdict.NOT_RUN) for i in range(len(self.cases))
+        )
         return DeviceRun(devices, ordered, processes=processes)
 
     def _cancelled(self) -> bool:
@@ -852,12 +855,12 @@ class _Follow:
         case = self.check.cases[index]
         if case.raises is not None:  # an input the statement refuses: every process must
             failed = [judge_refusal(case, answers[p][0]) for p in sorted(answers)]
-            status, message = next((v for v in failed if v[0] != "pass"), failed[0])
+            status, message = next((v for v in failed if v[0] != Verdict.PASS), failed[0])
         elif raised:
             event = answers[raised[0]][0]
-            status, message = "error", self._who(raised[0]) + str(event["message"])
+            status, message = Verdict.ERROR, self._who(raised[0]) + str(event["message"])
             if event["memory"] is True:
-                status, message = "memory", _memory_message(message)
+                status, message = Verdict.MEMORY, _memory_message(message)
         elif len(answers) == 1:
             answer = decode_answer(*answers[0])
             status, message = judge(self.check.problem, case, answer, self.devices)
@@ -874,7 +877,7 @@ class _Follow:
             "process running the solution: does the solution write to file descriptors it "
             "did not open?"
         )
-        self._stop_with("crash", self._who(process) + message)
+        self._stop_with(Verdict.CRASH, self._who(process) + message)
 
     def _stop_with(self, status: str, message: str, *, running: bool | None = None) -> None:
         # ``running``: whether the process that failed was past loading. On a cluster it
@@ -893,7 +896,7 @@ class _Follow:
             f"case may take {self.check.timeout:g} s; is the solution, or its file's "
             "imports, much slower than it needs to be?)"
         )
-        self._stop_with("timeout", message, running=self.phase == "running")
+        self._stop_with(Verdict.TIMEOUT, message, running=self.phase == "running")
 
     def _hung(self) -> None:
         waiting = [
@@ -931,7 +934,7 @@ class _Follow:
             )
             if len(self.processes) > 1:
                 message += " Every process of the cluster was stopped."
-        self._stop_with("timeout", who + message)
+        self._stop_with(Verdict.TIMEOUT, who + message)
 
     def _ended(self, process: int, status: int | None) -> None:
         """A worker ended (exit ``status``, negative for a signal) before it was done."""
@@ -942,17 +945,21 @@ class _Follow:
         who = self._who(process)
         if self.phases[process] == "starting":
             message = who + f"the checking process failed to start ({how})"
-            self._stop_with("crash", message + (f"; its last output:\n{tail}" if tail else ""))
+            self._stop_with(
+                Verdict.CRASH, message + (f"; its last output:\n{tail}" if tail else "")
+            )
             return
         if self.phases[process] == "loading":
             if any(sign in tail for sign in MEMORY_SIGNS):
-                self._stop_with("memory", _memory_message(who + "while the file was loaded"))
+                self._stop_with(Verdict.MEMORY, _memory_message(who + "while the file was loaded"))
                 return
             message = who + (
                 f"the process ended while your file was being loaded ({how}): does the "
                 "file call os._exit(), exit() or os.abort() at its top level?"
             )
-            self._stop_with("crash", message + (f"\nIts last output:\n{tail}" if tail else ""))
+            self._stop_with(
+                Verdict.CRASH, message + (f"\nIts last output:\n{tail}" if tail else "")
+            )
             return
         if self.current is None:  # every case had its answer; only the goodbye is missing
             self.finished.add(process)
@@ -960,14 +967,16 @@ class _Follow:
             return
         if status in {-signal.SIGABRT, 134} and "may be stuck" in tail:
             self._stop_with(
-                "timeout",
+                Verdict.TIMEOUT,
                 who + "a collective that not every device reached: XLA stopped the process "
                 "after waiting for the devices that never called it (a psum inside an if, or a "
                 "different number of collectives per device?)",
                 running=True,
             )
         elif any(sign in tail for sign in MEMORY_SIGNS):
-            self._stop_with("memory", _memory_message(who + tail.splitlines()[-1]), running=True)
+            self._stop_with(
+                Verdict.MEMORY, _memory_message(who + tail.splitlines()[-1]), running=True
+            )
         else:
             message = who + (
                 f"the process running the solution ended ({how}) during this case"
@@ -976,7 +985,7 @@ class _Follow:
             )
             if len(self.processes) > 1:
                 message += "\n(Every process of the cluster was stopped.)"
-            self._stop_with("crash", message, running=True)
+            self._stop_with(Verdict.CRASH, message, running=True)
 
 
 _PHASES = ["starting", "loading", "running"]

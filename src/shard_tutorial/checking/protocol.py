@@ -34,13 +34,16 @@ __all__ = ["Answer", "Verdict", "decode_answer", "encode_answer"]
 class Verdict(enum.StrEnum):
     """What the checker says of one case: a word, as the report's rows and tests read it.
 
-    A member is its string (``Verdict.FAIL == "fail"``), so reports and the tests that
-    compare statuses with strings read it as before.
+    A member is its string (``Verdict.FAIL == "fail"``), and shows as it
+    (``repr(Verdict.FAIL) == "'fail'"``), so reports, the tests that compare statuses
+    with strings and the pages that print them read it as before.
 
     Examples:
       >>> from shard_tutorial.checking.protocol import Verdict
       >>> Verdict.FAIL == "fail", f"{Verdict.NOT_RUN}", Verdict("budget") is Verdict.BUDGET
       (True, 'not run', True)
+      >>> (Verdict.PASS, "")
+      ('pass', '')
     """
 
     PASS = "pass"
@@ -54,6 +57,10 @@ class Verdict(enum.StrEnum):
     REFERENCE = "reference"  # right values, computed by the package's own solution
     BUDGET = "budget"  # right values, beyond the problem's budget of bytes or memory
     NOT_RUN = "not run"  # the check ended (a deadline, hangs) before the case ran
+
+    def __repr__(self) -> str:
+        """The string's repr, as a status read before there was an enum."""
+        return repr(self.value)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,6 +15,8 @@ import html
 import textwrap
 from collections.abc import Iterable
 
+from shard_tutorial.checking.protocol import Verdict
+
 __all__ = ["SYMBOLS", "CaseResult", "CheckReport", "DeviceRun", "explained"]
 
 _WRAP = "white-space: pre-wrap"  # a diagnosis is read, not scrolled
@@ -23,18 +25,18 @@ _CELL = "padding: 0.1em 1.2em 0.1em 0; text-align: left; white-space: nowrap"
 # pydata-sphinx-theme puts behind HTML outputs in dark mode (#ced6dd).
 _PASS_COLOUR = "#116329"
 _FAIL_COLOUR = "#a40e26"
-SYMBOLS = {
-    "pass": "pass",
-    "fail": "WRONG",
-    "error": "ERROR",
-    "timeout": "TIMEOUT",
-    "crash": "CRASHED",
-    "memory": "MEMORY",
-    "technique": "TECHNIQUE",
-    "placement": "PLACEMENT",
-    "reference": "REFERENCE",
-    "budget": "BUDGET",
-    "not run": "-",
+SYMBOLS: dict[str, str] = {  # by Verdict, a str
+    Verdict.PASS: "pass",
+    Verdict.FAIL: "WRONG",
+    Verdict.ERROR: "ERROR",
+    Verdict.TIMEOUT: "TIMEOUT",
+    Verdict.CRASH: "CRASHED",
+    Verdict.MEMORY: "MEMORY",
+    Verdict.TECHNIQUE: "TECHNIQUE",
+    Verdict.PLACEMENT: "PLACEMENT",
+    Verdict.REFERENCE: "REFERENCE",
+    Verdict.BUDGET: "BUDGET",
+    Verdict.NOT_RUN: "-",
 }
 
 
@@ -384,7 +386,7 @@ def _values_right(run: DeviceRun) -> bool:
 
     The inputs the statement refuses have no values to get right: they are left out.
     """
-    right = {"pass", "technique", "placement", "reference", "budget"}
+    right = {Verdict.PASS, Verdict.TECHNIQUE, Verdict.PLACEMENT, Verdict.REFERENCE, Verdict.BUDGET}
     return run.load_error is None and all(
         r.status in right for r in run.results if r.raises is None
     )
