@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 from shard_tutorial import PROBLEMS, check, reference_copy
-from shard_tutorial.checker import DEFAULT_TIMEOUT, MEMORY_LIMIT
+from shard_tutorial.checking.checker import DEFAULT_TIMEOUT, MEMORY_LIMIT
 
 # The bodies of the worst solutions, whatever the problem's signature.
 WORST = {

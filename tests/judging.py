@@ -18,12 +18,13 @@ from typing import Any
 import jax
 import numpy as np
 
-from shard_tutorial._check_worker import answer, held_on, load_solution
-from shard_tutorial.checker import RANDOM_CASES
-from shard_tutorial.judge import judge, judge_refusal
+from shard_tutorial.checking.checker import RANDOM_CASES
+from shard_tutorial.checking.judge import judge, judge_refusal
+from shard_tutorial.checking.protocol import decode_answer
+from shard_tutorial.checking.report import CaseResult, CheckReport, DeviceRun
+from shard_tutorial.checking.worker import answer, held_on, load_solution
 from shard_tutorial.problem import Case, Problem
 from shard_tutorial.problems import get_problem
-from shard_tutorial.report import CaseResult, CheckReport, DeviceRun
 
 OLDEST = tuple(int(p) for p in jax.__version__.split(".")[:2]) < (0, 11)
 """Whether this is the oldest stack (jax 0.10), where the noxfile runs less of the suite."""
@@ -46,10 +47,7 @@ def judged(problem: Problem, solution: Callable[..., Any], case: Case) -> tuple[
         event["how"]["limits"] = limits
         if grown is not None:
             event["how"]["grown"] = held_on(answer, solution, grown)
-    cut = len(data) - event["how_nbytes"]
-    return judge(
-        problem, case, event["output"], data[:cut], jax.device_count(), event["how"], data[cut:]
-    )
+    return judge(problem, case, decode_answer(event, data), jax.device_count())
 
 
 def verdicts(

@@ -16,8 +16,8 @@ import pytest
 from judging import OLDEST, judged, pasted_reference
 
 from shard_tutorial import PROBLEMS
-from shard_tutorial._check_worker import answer, load_solution
-from shard_tutorial.compiled import sent_by
+from shard_tutorial.checking.worker import answer, load_solution
+from shard_tutorial.collective_costs import sent_by
 from shard_tutorial.problem import Case
 
 BUDGETED = [name for name in PROBLEMS if PROBLEMS[name].budget is not None]

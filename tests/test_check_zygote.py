@@ -1,6 +1,6 @@
 """The checker's workers are forked from one zygote per process, and lose no guarantee by it.
 
-A worker forked from the zygote (:mod:`shard_tutorial._check_zygote`) must behave
+A worker forked from the zygote (:mod:`shard_tutorial.checking.zygote`) must behave
 as one started afresh: these tests look at what only the fork could change (who its
 parent is, which zygote serves which environment, what dies with what); the rest of
 the checker's tests run on forked workers too.
@@ -22,7 +22,7 @@ from judging import pasted_reference
 from processes import alive
 
 from shard_tutorial import check
-from shard_tutorial._check_zygote import SWITCH, ZYGOTES, Zygote
+from shard_tutorial.checking.zygote import SWITCH, ZYGOTES, Zygote
 from shard_tutorial.problems import get_problem
 
 pytestmark = [pytest.mark.subprocesses, pytest.mark.once]
@@ -180,7 +180,7 @@ def test_the_worker_and_its_zygote_die_with_a_killed_checker(tmp_path):
 
 def test_the_zygote_refuses_a_command_line_it_was_not_given_by_a_checker():
     ran = subprocess.run(
-        [sys.executable, "-m", "shard_tutorial._check_zygote"],
+        [sys.executable, "-m", "shard_tutorial.checking.zygote"],
         capture_output=True,
         text=True,
         check=False,
@@ -188,7 +188,7 @@ def test_the_zygote_refuses_a_command_line_it_was_not_given_by_a_checker():
         timeout=60,
     )
     assert ran.returncode == 2
-    assert "usage: python -m shard_tutorial._check_zygote SOCKET_FD CHECKER_PID" in ran.stderr
+    assert "usage: python -m shard_tutorial.checking.zygote SOCKET_FD CHECKER_PID" in ran.stderr
 
 
 @pytest.mark.parametrize("worker_state", ["running", "ended, not yet released"])

@@ -27,9 +27,10 @@ from jax.sharding import PartitionSpec as P
 from judging import pasted_reference
 from processes import command_started, communicate
 
-from shard_tutorial import PROBLEMS, check, checker, reference_copy
+from shard_tutorial import PROBLEMS, check, reference_copy
 from shard_tutorial.__main__ import main as cli_main
-from shard_tutorial.checker import RANDOM_CASES, CheckReport, DeviceRun
+from shard_tutorial.checking import checker
+from shard_tutorial.checking.checker import RANDOM_CASES, CheckReport, DeviceRun
 
 # Each check runs in worker processes with their own device counts (1 and 8): the
 # suite's --devices cannot change these outcomes, so nox runs them once per Python.

@@ -16,8 +16,9 @@ import pytest
 from judging import judged, pasted_reference
 from processes import alive
 
-from shard_tutorial import check, checker
-from shard_tutorial.checker import CheckReport
+from shard_tutorial import check
+from shard_tutorial.checking import checker
+from shard_tutorial.checking.checker import CheckReport
 from shard_tutorial.problem import Placement
 from shard_tutorial.problems import get_problem
 

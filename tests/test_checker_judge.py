@@ -15,20 +15,27 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shard_tutorial import data_mesh, place, usable_device_count
-from shard_tutorial._check_worker import answer, describe_exception, describe_output
-from shard_tutorial.assembly import Disagree as _Disagree
-from shard_tutorial.assembly import array as _array
-from shard_tutorial.assembly import assemble as _assemble
-from shard_tutorial.judge import _not_an_array, judge
+from shard_tutorial.checking.assembly import Disagree as _Disagree
+from shard_tutorial.checking.assembly import array as _array
+from shard_tutorial.checking.assembly import assemble as _assemble
+from shard_tutorial.checking.judge import _not_an_array, judge
+from shard_tutorial.checking.protocol import Answer, decode_answer
+from shard_tutorial.checking.report import (
+    RAN,
+    RAN_NO_COLLECTIVE,
+    CaseResult,
+    CheckReport,
+    DeviceRun,
+)
+from shard_tutorial.checking.worker import answer, describe_exception, describe_output
 from shard_tutorial.problem import Placement
 from shard_tutorial.problems import PROBLEMS
-from shard_tutorial.report import RAN, RAN_NO_COLLECTIVE, CaseResult, CheckReport, DeviceRun
 
 
 @pytest.mark.parametrize("name", list(PROBLEMS))
 def test_each_reference_runs_the_collectives_its_problem_asks_for(name, device_count):
     """The references are what the statements describe, read from their compiled programs."""
-    from shard_tutorial.judge import _judge_technique  # noqa: PLC0415
+    from shard_tutorial.checking.judge import _judge_technique  # noqa: PLC0415
 
     problem = PROBLEMS[name]
     if problem.technique is None:
@@ -59,10 +66,7 @@ def test_unsharded_code_is_told_where_and_how_it_computed(device_count):
     problem = PROBLEMS["shard_map_psum"]
     case = problem.cases[4]  # 32 elements: 8 devices on 8
     event, data = answer(jnp.sum, problem.arranged(case))
-    cut = len(data) - event["how_nbytes"]
-    verdict = judge(
-        problem, case, event["output"], data[:cut], device_count, event["how"], data[cut:]
-    )
+    verdict = judge(problem, case, decode_answer(event, data), device_count)
     if device_count == 1:
         assert verdict[0] == "technique"
         assert "computed with jax.numpy or jax.jit, not with jax.shard_map" in verdict[1]
@@ -149,10 +153,10 @@ def test_the_judge_expects_jaxs_default_dtypes_whatever_its_callers_mode(x64):
     case = problem.cases[4]
     header, payload = describe_output(problem.reference(*case.jax_args()))
     with jax.enable_x64(x64):  # a notebook that turned 64-bit mode on
-        assert judge(problem, case, header, payload, 8)[0] == "pass"
+        assert judge(problem, case, Answer(header, payload), 8)[0] == "pass"
         wide = np.float64(496.0)
         header64 = {**header, "dtype": "float64"}
-        status, message = judge(problem, case, header64, wide.tobytes(), 8)
+        status, message = judge(problem, case, Answer(header64, wide.tobytes()), 8)
     assert (status, message) == ("fail", "dtype: expected float32, received float64")
 
 

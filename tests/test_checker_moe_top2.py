@@ -11,7 +11,7 @@ import pytest
 from judging import judged
 
 from shard_tutorial import PROBLEMS
-from shard_tutorial._check_worker import load_solution
+from shard_tutorial.checking.worker import load_solution
 
 # Run once per CI, on the newest stack at 8 devices (pyproject.toml's markers): the
 # corpus judges this problem on every stack and device count.

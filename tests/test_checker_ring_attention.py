@@ -16,7 +16,7 @@ import pytest
 from judging import check_here, judged, pasted_reference
 
 from shard_tutorial import PROBLEMS, usable_device_count
-from shard_tutorial._check_worker import load_solution
+from shard_tutorial.checking.worker import load_solution
 
 # Run once per CI, on the newest stack at 8 devices (pyproject.toml's markers): the
 # generic tests judge this problem on every stack and device count.

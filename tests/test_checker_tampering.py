@@ -47,7 +47,7 @@ def forged_lineage(recording, received, args, *, shards=False):
 # The old door: the worker looked the technique up by name at each call.
 worker.primitives_of = lambda function, args: ["shard_map", "psum"]
 worker.describe_lineage = forged_lineage
-import shard_tutorial._check_worker as module
+import shard_tutorial.checking.worker as module
 module.describe_lineage = forged_lineage
 {unhook}
 
@@ -60,7 +60,7 @@ def shard_map_psum(x):
 
 UNHOOK = """
 from jax._src import pjit
-from shard_tutorial import recording
+from shard_tutorial.checking import recording
 hooks = recording._Hooks.install()
 pjit._pjit_call_impl_python = hooks.call_impl  # JAX's own again: nothing recorded
 """

@@ -20,7 +20,7 @@ from jax.sharding import PartitionSpec as P
 from judging import judged, pasted_reference
 
 from shard_tutorial import PROBLEMS, axis_mesh
-from shard_tutorial._check_worker import load_solution
+from shard_tutorial.checking.worker import load_solution
 
 # Run once per CI, on the newest stack at 8 devices (pyproject.toml's markers): the
 # generic tests judge this problem on every stack and device count.

@@ -1,7 +1,7 @@
 """What the recording cannot see is not credited: answers made outside the recorded call.
 
 The checker records the programs and copies of the very call that answered
-(:mod:`shard_tutorial.recording`, through JAX's jit dispatch). An answer computed where
+(:mod:`shard_tutorial.checking.recording`, through JAX's jit dispatch). An answer computed where
 it cannot look (an ahead-of-time compiled program, another thread: the corpus holds
 one of each, tests/solutions/shard_map_psum) or on the host and put together with
 ``jax.make_array_from_callback``, then passed through a program with a real

@@ -14,18 +14,16 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from shard_tutorial.collective_costs import ALGORITHMS, full_size, ring_bytes, traffic
 from shard_tutorial.communication import (
-    ALGORITHMS,
     LINKS,
     PRIMITIVES,
-    full_size,
     measure,
     predicted_time,
     ring_all_reduce,
     ring_picture,
-    traffic,
 )
-from shard_tutorial.compiled import Collective, collectives, parse_collectives, ring_bytes
+from shard_tutorial.compiled import Collective, collectives, parse_collectives
 
 ELEMENTS = 64  # per device: divisible by every device count used
 

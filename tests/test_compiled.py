@@ -9,13 +9,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shard_tutorial import data_mesh, place
-from shard_tutorial.compiled import (
-    Collective,
-    collectives,
-    group_size,
-    parse_collectives,
-    ring_bytes,
-)
+from shard_tutorial.collective_costs import ring_bytes
+from shard_tutorial.compiled import Collective, collectives, group_size, parse_collectives
 
 
 def test_a_sharded_sum_compiles_to_one_all_reduce_on_several_devices_and_none_on_one(device_count):

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from shard_tutorial import costs as C
-from shard_tutorial.compiled import parse_collectives, ring_bytes
+from shard_tutorial.collective_costs import ring_bytes
+from shard_tutorial.compiled import parse_collectives
 
 # Run once per CI, on the newest stack at 8 devices (pyproject.toml's markers): its
 # comparisons with compiled steps take about 40 s a pass.

@@ -1,4 +1,4 @@
-"""What a traced program's outputs depend on (shard_tutorial.dataflow), against programs
+"""What a traced program's outputs depend on (shard_tutorial.checking.dataflow), against programs
 whose answer is known by reading them."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shard_tutorial import axis_mesh
-from shard_tutorial.dataflow import flow
-from shard_tutorial.recording import record
+from shard_tutorial.checking.dataflow import flow
+from shard_tutorial.checking.recording import record
 
 
 def _flow(f, *args):

@@ -20,9 +20,10 @@ from jax.sharding import PartitionSpec as P
 
 from shard_tutorial import PROBLEMS
 from shard_tutorial.__main__ import main
-from shard_tutorial.compiled import communication_lines, sent_by
+from shard_tutorial.checking.recording import record
+from shard_tutorial.collective_costs import sent_by
+from shard_tutorial.compiled import communication_lines
 from shard_tutorial.explain import Explanation, explain, program_communication
-from shard_tutorial.recording import record
 
 HERE = Path(__file__)
 LINES = {
@@ -56,7 +57,7 @@ def gather_keys(q: jax.Array, k: jax.Array) -> jax.Array:
 
 
 def sent_in(recording_runs: list) -> float:
-    """What compiled.sent_by counts for every program a call ran."""
+    """What collective_costs.sent_by counts for every program a call ran."""
     return sum(sent_by(run.text, run.devices)[0] for run in recording_runs)
 
 

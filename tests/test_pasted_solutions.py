@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from shard_tutorial import PROBLEMS, check
-from shard_tutorial.checker import RANDOM_CASES
+from shard_tutorial.checking.checker import RANDOM_CASES
 from shard_tutorial.problem import Problem
 
 # The checker runs each file in worker processes with their own device counts

@@ -1,4 +1,4 @@
-"""What the recorder (shard_tutorial.recording) sees of arrays: the same bytes once.
+"""What the recorder (shard_tutorial.checking.recording) sees of arrays: the same bytes once.
 
 JAX 0.10 keeps each block of an array it has read (``np.asarray``) as a live array of
 its own, on one device, holding the very buffer of that block; JAX 0.12 does not. The
@@ -23,8 +23,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shard_tutorial import data_mesh
-from shard_tutorial import recording as recording_module
-from shard_tutorial.recording import record
+from shard_tutorial.checking import recording as recording_module
+from shard_tutorial.checking.recording import record
 
 
 def test_the_recorder_looks_for_blocks_exactly_where_reading_leaves_them_alive():

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 from judging import check_here, judged
 
+from shard_tutorial.checking.report import CaseResult, CheckReport, DeviceRun
 from shard_tutorial.problem import Case
 from shard_tutorial.problems import PROBLEMS
-from shard_tutorial.report import CaseResult, CheckReport, DeviceRun
 
 WITH_REFUSALS = [name for name, problem in PROBLEMS.items() if problem.refusals]
 REFUSALS = [

@@ -12,7 +12,8 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shard_tutorial.compiled import parse_collectives, ring_bytes
+from shard_tutorial.collective_costs import ring_bytes
+from shard_tutorial.compiled import parse_collectives
 from shard_tutorial.transformer_block import (
     SPECS,
     BlockConfig,

@@ -38,7 +38,7 @@ _LAZY = {
     "DATA_AXIS": "shard_tutorial.meshes",
     "PROBLEMS": "shard_tutorial.problems",
     "axis_mesh": "shard_tutorial.meshes",
-    "check": "shard_tutorial.checker",
+    "check": "shard_tutorial.checking.checker",
     "data_mesh": "shard_tutorial.meshes",
     "data_mesh_for": "shard_tutorial.meshes",
     "data_model_mesh": "shard_tutorial.meshes",
@@ -49,7 +49,7 @@ _LAZY = {
     "join_cluster": "shard_tutorial.launcher",
     "launch": "shard_tutorial.launcher",
     "place": "shard_tutorial.meshes",
-    "reference_copy": "shard_tutorial.checker",
+    "reference_copy": "shard_tutorial.checking.checker",
     "usable_device_count": "shard_tutorial.meshes",
     "use_cpu_devices": "shard_tutorial.devices",
     **{name: f"shard_tutorial.problems.{name}" for name in PROBLEM_NAMES},
@@ -115,7 +115,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what type checkers and IDEs see
-    from shard_tutorial.checker import check, reference_copy
+    from shard_tutorial.checking.checker import check, reference_copy
     from shard_tutorial.devices import use_cpu_devices
     from shard_tutorial.launcher import join_cluster, launch
     from shard_tutorial.meshes import (

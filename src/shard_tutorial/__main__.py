@@ -37,7 +37,7 @@ _interrupted = threading.Event()  # Ctrl-C was pressed during this command
 def _interrupt(_signum: int, _frame: FrameType | None) -> None:
     """Ctrl-C: stop every check in progress, even if the KeyboardInterrupt gets lost."""
     _interrupted.set()
-    checker = sys.modules.get("shard_tutorial.checker")  # it may be half imported
+    checker = sys.modules.get("shard_tutorial.checking.checker")  # it may be half imported
     event = getattr(checker, "INTERRUPTED", None)
     if event is not None:
         event.set()
@@ -96,7 +96,7 @@ def _seed(text: str) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from shard_tutorial.checker import (  # noqa: PLC0415 (JAX)
+    from shard_tutorial.checking.checker import (  # noqa: PLC0415 (JAX)
         DEFAULT_DEADLINE,
         DEFAULT_DEVICES,
         DEFAULT_TIMEOUT,
@@ -354,7 +354,11 @@ def _binding(path: Path, name: str) -> str | None:
 # What the command imports before it reads its arguments: JAX and jaxlib's native
 # modules with them (the checker and the problems import JAX; the launcher imports
 # shard_tutorial.validation, which does too).
-_HEAVY_MODULES = ("shard_tutorial.checker", "shard_tutorial.problems", "shard_tutorial.launcher")
+_HEAVY_MODULES = (
+    "shard_tutorial.checking.checker",
+    "shard_tutorial.problems",
+    "shard_tutorial.launcher",
+)
 
 
 @contextlib.contextmanager
@@ -428,7 +432,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    from shard_tutorial.checker import INTERRUPTED, check  # noqa: PLC0415 (imported by main)
+    from shard_tutorial.checking.checker import INTERRUPTED, check  # noqa: PLC0415 (imported by main)
     from shard_tutorial.problems import PROBLEMS, get_problem  # noqa: PLC0415
 
     INTERRUPTED.clear()  # a Ctrl-C of an earlier run in this process is over

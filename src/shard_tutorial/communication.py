@@ -1,26 +1,26 @@
 """What a collective costs: bytes per device under the standard algorithms, and time.
 
-One place for the cost model the pages, the tests and the judge share.
-:func:`traffic` says how many bytes each device sends and receives for one
-collective over ``n`` devices, and how many rounds of messages it takes, under
-three standard algorithms:
+The cost model the pages, the tests and the judge share. Its byte counts live in
+:mod:`shard_tutorial.collective_costs`: :func:`~shard_tutorial.collective_costs.traffic`
+says how many bytes each device sends and receives for one collective over ``n``
+devices, and how many rounds of messages it takes, under three standard algorithms:
 
 - ``"direct"``: each device sends each piece straight to the device that needs
   it, as over a switch that connects every pair (an NVSwitch inside a GPU node).
   It sends the fewest bytes any algorithm can without reducing inside the
-  network; :func:`shard_tutorial.compiled.ring_bytes` is its figure.
+  network; :func:`shard_tutorial.collective_costs.ring_bytes` is its figure.
 - ``"ring"``: the devices pass pieces to their next neighbour round a ring, one
   way; a piece meant for a device ``k`` places on is forwarded ``k`` times.
 - ``"bidirectional ring"``: the same ring used both ways at once (a TPU's ICI
   axis with its wraparound link), each piece going the shorter way round.
 
-``size`` is always the larger of the collective's operand and result on one
-device (:func:`full_size` reads it from a compiled program): the whole array of
-an all-reduce or an all-to-all, the gathered result of an all-gather, the
-input of a reduce-scatter. :func:`predicted_time` turns a figure into seconds
-with the alpha-beta model, ``rounds * latency + bytes on the busiest link /
-bandwidth``, for the links in :data:`LINKS`. These are predictions from
-published figures, not measurements.
+``size`` is always the larger of the collective's operand and result on one device
+(:func:`~shard_tutorial.collective_costs.full_size` reads it from a compiled program):
+the whole array of an all-reduce or an all-to-all, the gathered result of an
+all-gather, the input of a reduce-scatter. :func:`predicted_time` turns a figure into
+seconds with the alpha-beta model, ``rounds * latency + bytes on the busiest link /
+bandwidth``, for the links in :data:`LINKS`. These are predictions from published
+figures, not measurements.
 
 :func:`ring_all_reduce` runs an all-reduce as a ring of :func:`jax.lax.ppermute`
 calls (a reduce-scatter phase, then an all-gather phase) and records what every
@@ -32,61 +32,30 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from shard_tutorial.collective_costs import Algorithm, Traffic, ring_bytes, traffic
+from shard_tutorial.compiled import Collective, compiled_text, parse_collectives
 from shard_tutorial.pictures import Picture, svg_source
 
 if TYPE_CHECKING:
     import jax
     from matplotlib.figure import Figure
 
-    from shard_tutorial.compiled import Collective
-
 __all__ = [
-    "ALGORITHMS",
     "LINKS",
     "PRIMITIVES",
     "Link",
     "Measured",
     "RingRun",
-    "Traffic",
     "bytes_per_number",
-    "full_size",
     "measure",
     "predicted_time",
     "ring_all_reduce",
     "ring_picture",
-    "traffic",
 ]
-
-Algorithm = Literal["direct", "ring", "bidirectional ring"]
-
-ALGORITHMS: tuple[Algorithm, ...] = ("direct", "ring", "bidirectional ring")
-"""The algorithms :func:`traffic` models."""
-
-_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
-
-
-@dataclasses.dataclass(frozen=True)
-class Traffic:
-    """What one collective costs each device under one algorithm.
-
-    Attributes:
-      sent: bytes each device sends, pieces it forwards included.
-      received: bytes each device receives (the same as ``sent``: in these
-        algorithms every device plays the same part).
-      busiest_link: bytes that cross the busiest one-way link out of a device;
-        with one link (``"direct"``, ``"ring"``) that is ``sent``.
-      rounds: messages in a row, each waiting for the one before: the number of
-        latencies the collective pays.
-    """
-
-    sent: float
-    received: float
-    busiest_link: float
-    rounds: int
 
 
 def bytes_per_number(dtype: object) -> int:
@@ -119,121 +88,6 @@ def bytes_per_number(dtype: object) -> int:
     if jnp.issubdtype(found, jnp.floating) and found.itemsize == 1:  # the float8 types
         return 2
     return found.itemsize
-
-
-def traffic(kind: str, devices: int, size: float, algorithm: Algorithm = "ring") -> Traffic:
-    """The bytes each device sends and receives for a collective, and its rounds.
-
-    With ``n`` devices and ``S`` = ``size`` (the larger of the operand and the
-    result on one device), each device sends:
-
-    ========================  ===============  ===============  ======================
-    collective                direct           ring             bidirectional ring
-    ========================  ===============  ===============  ======================
-    all-gather                (n-1)/n S        (n-1)/n S        (n-1)/n S, half each way
-    reduce-scatter            (n-1)/n S        (n-1)/n S        (n-1)/n S, half each way
-    all-reduce                2 (n-1)/n S      2 (n-1)/n S      2 (n-1)/n S, half each way
-    all-to-all                (n-1)/n S        (n-1)/2 S        sum of min(k, n-k) S/n
-    collective-permute        S                S                S
-    ========================  ===============  ===============  ======================
-
-    An all-reduce is a reduce-scatter followed by an all-gather, so it costs
-    their sum. On a ring an all-to-all forwards each block ``k`` times to reach
-    the device ``k`` places on; both ways round, ``min(k, n - k)`` times. A
-    collective-permute is modelled as the ring shift by one, the pattern of a
-    halo exchange: one message to a neighbour.
-
-    Args:
-      kind: the HLO collective, e.g. ``"all-reduce"`` (see
-        :data:`shard_tutorial.compiled.KINDS`).
-      devices: how many devices take part together (the group size).
-      size: bytes, the larger of the operand and the result on one device.
-      algorithm: one of :data:`ALGORITHMS`.
-
-    Returns:
-      The :class:`Traffic`; all zero for one device (nothing moves).
-
-    Raises:
-      ValueError: for an unknown ``kind`` or ``algorithm``, or fewer than one device.
-
-    Examples:
-      An all-reduce of 1 MB over 8 devices sends 1.75 MB from each, over a ring
-      or straight to each device:
-
-      >>> from shard_tutorial.communication import traffic
-      >>> traffic("all-reduce", 8, 1e6)
-      Traffic(sent=1750000.0, received=1750000.0, busiest_link=1750000.0, rounds=14)
-      >>> traffic("all-reduce", 8, 1e6, "bidirectional ring")
-      Traffic(sent=1750000.0, received=1750000.0, busiest_link=1000000.0, rounds=8)
-      >>> [traffic("all-to-all", 8, 1e6, a).sent for a in ("direct", "ring", "bidirectional ring")]
-      [875000.0, 3500000.0, 2000000.0]
-    """
-    if kind not in _KINDS:
-        msg = f"kind must be one of {_KINDS}, got {kind!r}"
-        raise ValueError(msg)
-    if algorithm not in ALGORITHMS:
-        msg = f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}"
-        raise ValueError(msg)
-    if devices < 1:
-        msg = f"devices must be at least 1, got {devices}"
-        raise ValueError(msg)
-    n = devices
-    if n == 1:
-        return Traffic(0.0, 0.0, 0.0, 0)
-    block = size / n
-    if kind == "collective-permute":
-        return Traffic(float(size), float(size), float(size), 1)
-    if kind == "all-to-all":
-        if algorithm == "direct":
-            sent = (n - 1) * block
-            return Traffic(sent, sent, sent, 1)
-        if algorithm == "ring":
-            sent = sum(range(1, n)) * block  # the block k places on is sent k times
-            return Traffic(sent, sent, sent, n - 1)
-        sent = sum(min(k, n - k) for k in range(1, n)) * block
-        one_way = sum(range(1, n // 2 + 1)) * block  # the longer way: ties go this way
-        return Traffic(sent, sent, one_way, n // 2)
-    phases = 2 if kind == "all-reduce" else 1  # an all-reduce: reduce-scatter, then all-gather
-    sent = phases * (n - 1) * block
-    if algorithm == "direct":
-        return Traffic(sent, sent, sent, phases)
-    if algorithm == "ring":
-        return Traffic(sent, sent, sent, phases * (n - 1))
-    return Traffic(sent, sent, phases * (n // 2) * block, phases * (n // 2))
-
-
-def full_size(collective: Collective, devices: int | None = None) -> int:
-    """The ``size`` :func:`traffic` takes, from a collective of a compiled program.
-
-    The larger of what the collective takes in and gives out on one device:
-    its operand when XLA printed or named it (read with
-    ``parse_collectives(..., resolve_operands=True)``), or else worked out from
-    its result, which is ``n`` times smaller than the operand for a
-    reduce-scatter only.
-
-    Args:
-      collective: the collective.
-      devices: the group's size when the program's text does not print it.
-
-    Examples:
-      >>> from shard_tutorial.compiled import Collective
-      >>> from shard_tutorial.communication import full_size
-      >>> full_size(Collective("reduce-scatter", "f32[2]", 8, "{{0,1,2,3}}"))
-      32
-      >>> full_size(Collective("reduce-scatter", "f32[2]", 8, "{{0,1,2,3}}", operand_bytes=32))
-      32
-    """
-    if collective.operand_bytes is not None:
-        return max(collective.nbytes, collective.operand_bytes)
-    if collective.kind == "reduce-scatter":
-        from shard_tutorial.compiled import group_size  # noqa: PLC0415 (compiled imports this module)
-
-        n = group_size(collective) or devices
-        if n is None:
-            msg = f"the group size of {collective} is not in the program's text"
-            raise ValueError(msg)
-        return collective.nbytes * n
-    return collective.nbytes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -303,7 +157,7 @@ def predicted_time(
 ) -> float:
     """Seconds a collective should take over ``link``: ``rounds * alpha + bytes / beta``.
 
-    The bytes are those on the busiest one-way link (:attr:`Traffic.busiest_link`);
+    The bytes are those on the busiest one-way link (:attr:`~shard_tutorial.collective_costs.Traffic.busiest_link`);
     a link with no published latency pays none. A prediction from published
     figures: real collectives reach less than the peak bandwidth, most of all for
     small arrays.
@@ -350,7 +204,7 @@ class Measured:
       devices: how many devices take part (the group size XLA printed).
       operand_bytes: what it takes in on each device, from the compiled program.
       result_bytes: what it gives out on each device, from the compiled program.
-      ring_bytes: :func:`shard_tutorial.compiled.ring_bytes` of it.
+      ring_bytes: :func:`shard_tutorial.collective_costs.ring_bytes` of it.
       roofline_bytes: what ``jax.experimental.roofline`` says crosses the
         mesh axis (its ``ici_bytes``).
     """
@@ -365,11 +219,11 @@ class Measured:
 
     @property
     def size(self) -> int:
-        """The larger of operand and result: the ``size`` of :func:`traffic`."""
+        """The larger of operand and result: the ``size`` of :func:`~shard_tutorial.collective_costs.traffic`."""
         return max(self.operand_bytes, self.result_bytes)
 
     def traffic(self, algorithm: Algorithm) -> Traffic:
-        """:func:`traffic` of this collective under ``algorithm``."""
+        """:func:`~shard_tutorial.collective_costs.traffic` of this collective under ``algorithm``."""
         return traffic(self.kind, self.devices, self.size, algorithm)
 
 
@@ -422,9 +276,6 @@ def measure(primitive: str, devices: int, elements: int, dtype: str = "float32")
     from jax.sharding import NamedSharding  # noqa: PLC0415
     from jax.sharding import PartitionSpec as P  # noqa: PLC0415
 
-    from shard_tutorial.compiled import compiled_text, parse_collectives  # noqa: PLC0415
-    from shard_tutorial.compiled import ring_bytes as ring_figure  # noqa: PLC0415
-
     mesh = jax.make_mesh((devices,), ("data",), devices=jax.devices()[:devices])
     # Its shape and layout are all the compiler needs: nothing is allocated.
     layout = NamedSharding(mesh, P("data"))
@@ -447,7 +298,7 @@ def measure(primitive: str, devices: int, elements: int, dtype: str = "float32")
         devices=_group(collective, devices),
         operand_bytes=operand,
         result_bytes=collective.nbytes,
-        ring_bytes=ring_figure(collective, devices),
+        ring_bytes=ring_bytes(collective, devices),
         roofline_bytes=int(estimate.ici_bytes.get("data", 0)),
     )
 

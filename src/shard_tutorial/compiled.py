@@ -7,8 +7,8 @@
 type of what each produces, its size in bytes and which devices take part
 (``replica_groups``), so a page can show the communication a sharded program
 compiles to, and a test can assert it, without pasting a parser onto every page.
-:func:`ring_bytes` turns one into the bytes each device sends for it, as ring
-algorithms do.
+:func:`shard_tutorial.collective_costs.ring_bytes` turns one into the bytes each
+device sends for it, as ring algorithms do.
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
-
-from shard_tutorial import communication
 
 __all__ = [
     "KINDS",
@@ -40,7 +38,6 @@ __all__ = [
     "parse_operations",
     "parse_runs",
     "program_lines",
-    "ring_bytes",
 ]
 
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
@@ -884,88 +881,3 @@ def group_size(collective: Collective) -> int | None:
     if collective.kind == "collective-permute":
         return None
     return _group_size(collective.kind, collective.groups)
-
-
-def sent_by(program: str, devices: int) -> tuple[float, list[Collective]]:
-    r"""What each device sends in one call of a compiled program, and the collectives sending it.
-
-    Each collective over more than one device counts as its ring algorithm sends it
-    (:func:`ring_bytes`), as often as it runs (:func:`parse_runs`: once per iteration
-    of a loop around it; once where XLA gives the loop no trip count).
-
-    Args:
-      program: the program's text (whole, or its :func:`communication_lines`).
-      devices: how many devices it runs on (for collectives that name no groups).
-
-    Returns:
-      ``(bytes, collectives)``, a collective listed once for each time it runs.
-
-    Examples:
-      >>> from shard_tutorial.compiled import sent_by
-      >>> program = "\n".join([
-      ...     "%body (p: f32[2]) -> f32[2] {",
-      ...     "  ROOT %ar = f32[2]{0} all-reduce(%p), replica_groups={{0,1}}, to_apply=%add",
-      ...     "}",
-      ...     "ENTRY %main (x: f32[2]) -> f32[2] {",
-      ...     '  ROOT %w = f32[2]{0} while(%x), condition=%cond, body=%body, '
-      ...     'backend_config={"known_trip_count":{"n":"3"}}',
-      ...     "}",
-      ... ])
-      >>> sent, found = sent_by(program, 2)
-      >>> sent, len(found)  # 3 all-reduces of 8 bytes over 2 devices, 8 bytes sent each
-      (24.0, 3)
-    """
-    sent, found = 0.0, []
-    for collective, runs in parse_runs(program):
-        if (collective.group_size or devices) > 1:
-            found.extend([collective] * (runs or 1))
-            sent += (runs or 1) * ring_bytes(collective, devices)
-    return sent, found
-
-
-def ring_bytes(collective: Collective, devices: int | None = None) -> float:
-    """The bytes each device sends for ``collective`` when it runs as a ring algorithm.
-
-    The usual model of a collective's cost in bandwidth: the ``n`` devices of a
-    group pass pieces round a ring, each sending to the next. With ``S`` the
-    size of the result on each device (:attr:`Collective.nbytes`):
-
-    - all-gather: each device sends the ``n - 1`` blocks it does not start
-      with, ``(n - 1) / n * S``;
-    - reduce-scatter: each device's result is one block of an input ``n``
-      times larger, and it sends ``n - 1`` partial blocks, ``(n - 1) * S``;
-    - all-reduce: a reduce-scatter then an all-gather, ``2 * (n - 1) / n * S``;
-    - all-to-all: each device keeps one of its ``n`` blocks and sends the
-      others, ``(n - 1) / n * S``;
-    - collective-permute: each device sends its operand once, ``S`` (nothing
-      when every device sends to itself, as on one device).
-
-    These are the bytes of the ``"direct"`` algorithm of
-    :func:`shard_tutorial.communication.traffic` (where the formulas live), the
-    fewest a device can send: the ring algorithms send as many for all but the
-    all-to-all, which a ring forwards. XLA may pick other algorithms; this is
-    the figure to compare strategies by, not a measurement.
-
-    Args:
-      collective: the collective.
-      devices: the group's size when the program's text does not print groups
-        (then every device of the program takes part): its device count.
-
-    Raises:
-      ValueError: if the group's size is neither in the program's text nor given.
-
-    Examples:
-      >>> from shard_tutorial.compiled import Collective, ring_bytes
-      >>> ring_bytes(Collective("all-reduce", "f32[1536]", 6144, "[1,8]<=[8]"))
-      10752.0
-      >>> ring_bytes(Collective("reduce-scatter", "f32[2,64]", 512, "[1,8]<=[8]"))
-      3584.0
-    """
-    n = collective.group_size if collective.kind == "collective-permute" else None
-    n = n or group_size(collective) or devices
-    if n is None:
-        msg = f"the group size of {collective} is not in the program's text"
-        raise ValueError(msg)
-    return communication.traffic(
-        collective.kind, n, communication.full_size(collective, n), "direct"
-    ).sent

@@ -344,7 +344,7 @@ class Transfer:
         are the same).
       nbytes: the bytes of their results on one device, added up.
       sent: the bytes each device sends for them (as
-        :func:`shard_tutorial.compiled.ring_bytes` counts a collective).
+        :func:`shard_tutorial.collective_costs.ring_bytes` counts a collective).
     """
 
     what: str
@@ -359,7 +359,7 @@ class Transfer:
 def sent_per_device(kind: str, devices: int, nbytes: float) -> float:
     """Bytes one device sends for a collective whose result is ``nbytes`` on each device.
 
-    The ring algorithm's figures, as :func:`shard_tutorial.compiled.ring_bytes` gives
+    The ring algorithm's figures, as :func:`shard_tutorial.collective_costs.ring_bytes` gives
     them for a collective read from a compiled program, for the kinds a training
     step's layouts need.
 

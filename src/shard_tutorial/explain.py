@@ -2,9 +2,9 @@
 
 :func:`explain` runs a call as it would run (jitted or eager, inside or outside
 ``jax.shard_map``), keeps every program XLA compiled and ran for it
-(:mod:`shard_tutorial.recording`), and lists each collective in them: its kind,
+(:mod:`shard_tutorial.checking.recording`), and lists each collective in them: its kind,
 the devices it spans, what it moves, the bytes each device sends
-(:func:`shard_tutorial.compiled.ring_bytes`, as often as it runs:
+(:func:`shard_tutorial.collective_costs.ring_bytes`, as often as it runs:
 :func:`shard_tutorial.compiled.parse_runs`), and the line of Python it came
 from. Then the memory each device holds and how each argument and output is laid
 out. The result is an :class:`Explanation`: a Rich table in a terminal, an HTML
@@ -60,6 +60,7 @@ import jax
 import numpy as np
 
 from shard_tutorial import compiled
+from shard_tutorial.collective_costs import ring_bytes
 from shard_tutorial.compiled import Frame
 
 __all__ = [
@@ -73,7 +74,7 @@ __all__ = [
 
 # The tool's own frames: a program run eagerly under a recording has the
 # recorder's hook as its innermost "user" frame.
-_OWN_FILES = ("shard_tutorial/recording.py", "shard_tutorial/explain.py")
+_OWN_FILES = ("shard_tutorial/checking/recording.py", "shard_tutorial/explain.py")
 _DIMENSIONS = re.compile(r"\bdimensions=\{(\d+)\}")
 # JAX's collective primitives, as the last part of an op_name: what a collective the
 # code asked for is named after, inside shard_map or where a mesh of one device
@@ -97,7 +98,7 @@ class Communication:
       over: the devices it spans: how many take part together, and the mesh axes
         when XLA names them (``"8 devices (x)"``), or the pairs of a permute.
       sent_per_run: the bytes each device sends each time it runs
-        (:func:`shard_tutorial.compiled.ring_bytes`; 0 within a group of one).
+        (:func:`shard_tutorial.collective_costs.ring_bytes`; 0 within a group of one).
       runs: how many times one call runs it (loop trip counts); None when a loop
         around it has no trip count XLA knows (counted once in :attr:`sent`).
       asked: whether the code asked for it (inside ``jax.shard_map``), rather
@@ -307,7 +308,7 @@ def program_communication(
     Reads only the program's text: the whole of ``compiled.as_text()``, or what
     the checker records of each program it ran
     (:func:`shard_tutorial.compiled.communication_lines`). The bytes are those of
-    :func:`shard_tutorial.compiled.sent_by`, collective by collective: their sum
+    :func:`shard_tutorial.collective_costs.sent_by`, collective by collective: their sum
     is what it returns.
 
     Args:
@@ -362,7 +363,7 @@ def program_communication(
                 kind=collective.kind,
                 moved=_compact(collective.result),
                 over=_over(collective, devices),
-                sent_per_run=compiled.ring_bytes(collective, devices) if size > 1 else 0.0,
+                sent_per_run=ring_bytes(collective, devices) if size > 1 else 0.0,
                 runs=runs,
                 asked=asked,
                 line=line,
@@ -388,10 +389,10 @@ def explain(
 
     The call runs as it would (jitted or eager: an eager call runs a program per
     operation, and every one is read), recorded by
-    :func:`shard_tutorial.recording.record`; each collective of every program it
+    :func:`shard_tutorial.checking.recording.record`; each collective of every program it
     ran is traced to its Python line (see the module's notes for what can and
     cannot be traced) and counted in bytes per device as
-    :func:`shard_tutorial.compiled.sent_by` counts it. A program run several
+    :func:`shard_tutorial.collective_costs.sent_by` counts it. A program run several
     times is listed once, its collectives' runs added up.
 
     Args:
@@ -426,7 +427,7 @@ def explain(
       >>> found.arguments[0].sharding
       "P('data') over data=8"
     """
-    from shard_tutorial.recording import record  # noqa: PLC0415 (its hooks load on use)
+    from shard_tutorial.checking.recording import record  # noqa: PLC0415 (its hooks load on use)
 
     with record() as recording:
         result = f(*args, **kwargs)

@@ -30,12 +30,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 import os
 import queue
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -45,6 +43,7 @@ from pathlib import Path
 from typing import TextIO
 
 from shard_tutorial import _launched
+from shard_tutorial.processes import bindable_port, die_with, require_seconds, signal_name
 from shard_tutorial.validation import require_count
 
 __all__ = [
@@ -215,10 +214,11 @@ def launch(
       process failed and how (``result.report()`` says it in a few lines).
 
     Raises:
-      TypeError: if ``processes``, ``devices_per_process`` or ``port`` is not an integer.
+      TypeError: if ``processes``, ``devices_per_process`` or ``port`` is not an integer,
+        or ``timeout`` or ``grace`` not a number.
       ValueError: if ``processes`` or ``devices_per_process`` is less than 1,
-        ``script`` is not a file, ``timeout`` or ``grace`` is not a positive number
-        of seconds, or ``port`` cannot be bound on 127.0.0.1.
+        ``script`` is not a file, ``timeout`` or ``grace`` is not a positive, finite
+        number of seconds, or ``port`` cannot be bound on 127.0.0.1.
       KeyboardInterrupt: on Ctrl-C, once every process has been stopped.
 
     Examples:
@@ -251,9 +251,9 @@ def launch(
     if not path.is_file():
         msg = f"script must be an existing Python file, got {str(script)!r} (no such file)"
         raise ValueError(msg)
-    timeout = _seconds(timeout, "timeout")
-    grace = _seconds(grace, "grace")
-    address = f"127.0.0.1:{_bindable_port(port)}"
+    timeout = require_seconds(timeout, "timeout")
+    grace = require_seconds(grace, "grace")
+    address = f"127.0.0.1:{bindable_port(port)}"
     base_env = {
         **os.environ,
         **(env or {}),
@@ -317,7 +317,7 @@ def join_cluster(devices: int | None = None) -> bool:
         return False
     if jax.distributed.is_initialized():  # joined already (the explain command joins first)
         return True
-    _die_with_launcher(int(os.environ[LAUNCHER_PID]))
+    die_with(int(os.environ[LAUNCHER_PID]))
     _filter_native_stdout()
     use_cpu_devices(int(os.environ[DEVICES_PER_PROCESS]))
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
@@ -383,23 +383,6 @@ def _filter_native_stdout() -> threading.Thread:
     thread = threading.Thread(target=forward, name="native stdout", daemon=True)
     thread.start()
     return thread
-
-
-def _die_with_launcher(launcher: int) -> None:
-    """Have Linux kill this process if the launcher dies, even by ``SIGKILL``.
-
-    The launcher stops its processes whenever it can (failures, hangs, Ctrl-C); this
-    covers the one case it cannot: being killed itself, a notebook kernel killed at
-    a timeout, for example. Elsewhere than Linux it does nothing.
-    """
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes  # noqa: PLC0415 (Linux only)
-
-    pr_set_pdeathsig = 1  # from <linux/prctl.h>
-    ctypes.CDLL(None).prctl(pr_set_pdeathsig, signal.SIGKILL)
-    if os.getppid() != launcher:  # it died before the call: too late for the signal
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class _Run:
@@ -578,43 +561,11 @@ class _Run:
             self.swept.add(index)
 
 
-def _seconds(value: object, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
-        msg = f"{name} must be a positive, finite number of seconds, got {value!r}"
-        raise ValueError(msg)
-    return float(value)
-
-
-def _bindable_port(port: int | None) -> int:
-    """``port`` if it can be bound on 127.0.0.1 now, or a free port if None."""
-    if port is not None:
-        if isinstance(port, bool) or not isinstance(port, int):
-            msg = f"port must be an integer or None, got {port!r}"
-            raise TypeError(msg)
-        if not 0 < port < 2**16:
-            msg = f"port must be between 1 and 65535, got {port}"
-            raise ValueError(msg)
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        try:
-            probe.bind(("127.0.0.1", port or 0))
-        except OSError as error:
-            msg = f"port {port} cannot be bound on 127.0.0.1 for the coordinator: {error}"
-            raise ValueError(msg) from None
-        bound: int = probe.getsockname()[1]
-    # The port is free again once the probe closes; process 0's coordinator takes it
-    # within a second (another program could take it first: then process 0 fails).
-    return bound
-
-
 def _processes(indices: list[int]) -> str:
     return f"process{'es' if len(indices) > 1 else ''} {', '.join(map(str, indices))}"
 
 
 def _status(returncode: int) -> str:
     if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        return f"{returncode}, killed by {name}"
+        return f"{returncode}, killed by {signal_name(-returncode)}"
     return str(returncode)

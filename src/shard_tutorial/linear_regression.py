@@ -20,8 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from shard_tutorial.meshes import device_counts
 from shard_tutorial.problem import Case, precise
-from shard_tutorial.problems._blocks import device_counts
 from shard_tutorial.validation import check_array, check_floating, require_finite_number
 
 __all__ = [

@@ -21,6 +21,7 @@ types; its docstring says why.
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from typing import TypeVar
 
 import jax
@@ -29,12 +30,14 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 
 __all__ = [
     "DATA_AXIS",
+    "MAX_DEVICES",
     "MODEL_AXIS",
     "axis_mesh",
     "data_mesh",
     "data_mesh_for",
     "data_model_mesh",
     "data_model_shape",
+    "device_counts",
     "place",
     "usable_device_count",
 ]
@@ -46,6 +49,33 @@ DATA_AXIS = "data"
 
 MODEL_AXIS = "model"
 """Name of the mesh axis that a model's hidden units are split over (tensor parallelism)."""
+
+MAX_DEVICES = 8
+"""The largest device count the checker runs a solution on."""
+
+
+def device_counts(length: int, *, at_least: int = 2) -> Iterator[int]:
+    """The device counts, ``at_least`` to :data:`MAX_DEVICES`, that divide ``length`` evenly.
+
+    The meshes a solution may have split an axis of ``length`` over: what a
+    problem's hints (the answer of each block on its own, on ``d`` devices) and
+    cases try.
+
+    Args:
+      length: the length of the axis the blocks are cut along.
+      at_least: the smallest count to give.
+
+    Yields:
+      Each count ``d`` with ``length % d == 0``, smallest first.
+
+    Examples:
+      >>> from shard_tutorial.meshes import device_counts
+      >>> list(device_counts(12)), list(device_counts(0)), list(device_counts(7))
+      ([2, 3, 4, 6], [], [7])
+    """
+    if length <= 0:
+        return
+    yield from (d for d in range(at_least, MAX_DEVICES + 1) if length % d == 0)
 
 
 def usable_device_count(length: int, available: int | None = None) -> int:

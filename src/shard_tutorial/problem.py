@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import inspect
 import math
 import re
@@ -21,6 +20,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from shard_tutorial.meshes import usable_device_count
 
 __all__ = [
     "ONE_DEVICE_RULE",
@@ -117,7 +118,7 @@ class Technique:
     """What a problem practises, as the judge reads it from the compiled programs of a call.
 
     The checker records the very call that produced a solution's answer
-    (:mod:`shard_tutorial.recording`) and reads the programs XLA compiled for it
+    (:mod:`shard_tutorial.checking.recording`) and reads the programs XLA compiled for it
     (:mod:`shard_tutorial.compiled`): which collectives ran, whether the code inside
     ``jax.shard_map`` asked for them or XLA's partitioner added them for
     ``jax.jit``, over how many devices, on how many bytes. Collectives are asked
@@ -156,7 +157,7 @@ class Technique:
     device (or where the collective's axis has one device) a ring of ``n - 1``
     hops makes none, an all-reduce has nothing to add, and an index is always 0,
     so only ``jax.shard_map`` itself is asked for there (see
-    :func:`shard_tutorial.judge.judge`).
+    :func:`shard_tutorial.checking.judge.judge`).
 
     Examples:
       >>> from shard_tutorial.problems import get_problem
@@ -188,7 +189,7 @@ class Budget:
 
     - ``sent``: the bytes each device sends, summed over the collectives of those
       programs (over more than one device), each counted as its ring algorithm sends
-      it (:func:`shard_tutorial.compiled.ring_bytes`);
+      it (:func:`shard_tutorial.collective_costs.ring_bytes`);
     - ``peak``: the most bytes one device holds at once within any one of those
       programs, from XLA's memory analysis (``peak_memory_in_bytes``; on the CPU
       backend of jax 0.10 and 0.12 it counts the arguments and outputs only, not
@@ -568,8 +569,6 @@ class Problem:
         """
         if self.mesh is not None:
             return tuple(self.mesh(case.args, devices))
-        from shard_tutorial.meshes import usable_device_count  # noqa: PLC0415
-
         first = next(a for a in case.args if isinstance(a, np.ndarray | jax.Array))
         return (usable_device_count(int(np.shape(first)[0]) if np.ndim(first) else 1, devices),)
 
@@ -821,26 +820,6 @@ def precise(array: np.ndarray) -> np.ndarray:
         if jnp.issubdtype(array.dtype, kind):
             return array.astype(wide)
     return array.astype(np.int64)  # bool
-
-
-def fingerprint(array: Any) -> str:
-    """A digest of an array's shape and values as numbers: the same for the same values.
-
-    The values are compared as :func:`precise` widens them (a float32 array and a
-    bfloat16 one with the same numbers match), with ``-0.0`` taken as ``0.0``:
-    ``y + 0 * z`` has the values of ``y``, and this digest.
-
-    Examples:
-      >>> import numpy as np
-      >>> from shard_tutorial.problem import fingerprint
-      >>> a = np.array([1.5, -0.0], np.float32)
-      >>> fingerprint(a) == fingerprint(np.array([1.5, 0.0])), fingerprint(a) == fingerprint(a[:1])
-      (True, False)
-    """
-    values = np.ascontiguousarray(precise(np.asarray(array)) + 0)  # -0.0 + 0 is 0.0
-    digest = hashlib.sha256(repr(values.shape).encode())
-    digest.update(values.tobytes())
-    return digest.hexdigest()
 
 
 _RESULT_DTYPES: dict[tuple[Any, ...], Any] = {}

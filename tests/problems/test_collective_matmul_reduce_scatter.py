@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shard_tutorial import collective_matmul_reduce_scatter, get_problem, usable_device_count
-from shard_tutorial.compiled import collectives, ring_bytes
+from shard_tutorial.collective_costs import ring_bytes
+from shard_tutorial.compiled import collectives
 
 # Run once per CI, on the newest stack at 8 devices (pyproject.toml's markers): the
 # generic tests judge this problem on every stack and device count.

@@ -12,7 +12,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shard_tutorial import PROBLEMS, axis_mesh, ring_attention, usable_device_count
-from shard_tutorial.compiled import collectives, ring_bytes
+from shard_tutorial.collective_costs import ring_bytes
+from shard_tutorial.compiled import collectives
 from shard_tutorial.problem import Case
 from shard_tutorial.problems.ring_attention import HELD_FROM, causal_work
 

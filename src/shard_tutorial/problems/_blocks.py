@@ -8,34 +8,11 @@ answer in NumPy for every device count a solution may have used, so a problem's
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["MAX_DEVICES", "blockwise", "device_counts"]
-
-MAX_DEVICES = 8
-"""The largest device count the checker runs a solution on."""
-
-
-def device_counts(length: int, *, at_least: int = 2) -> Iterator[int]:
-    """The device counts, ``at_least`` to :data:`MAX_DEVICES`, that divide ``length`` evenly.
-
-    Args:
-      length: the length of the axis the blocks are cut along.
-      at_least: the smallest count to give.
-
-    Yields:
-      Each count ``d`` with ``length % d == 0``, smallest first.
-
-    Examples:
-      >>> from shard_tutorial.problems._blocks import device_counts
-      >>> list(device_counts(12)), list(device_counts(0)), list(device_counts(7))
-      ([2, 3, 4, 6], [], [7])
-    """
-    if length <= 0:
-        return
-    yield from (d for d in range(at_least, MAX_DEVICES + 1) if length % d == 0)
+__all__ = ["blockwise"]
 
 
 def blockwise(

@@ -32,9 +32,14 @@ from shard_tutorial.linear_regression import (
     step_refusals,
     unsharded_step,
 )
-from shard_tutorial.meshes import data_mesh, data_mesh_for, place, usable_device_count
+from shard_tutorial.meshes import (
+    data_mesh,
+    data_mesh_for,
+    device_counts,
+    place,
+    usable_device_count,
+)
 from shard_tutorial.problem import Budget, Case, Forbidden, Placement, Problem, Technique, precise
-from shard_tutorial.problems._blocks import device_counts
 
 __all__ = ["PROBLEM", "fsdp_sgd_step"]
 

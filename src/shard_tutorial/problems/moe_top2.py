@@ -27,9 +27,8 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shard_tutorial.communication import bytes_per_number
-from shard_tutorial.meshes import axis_mesh, place, usable_device_count
+from shard_tutorial.meshes import axis_mesh, device_counts, place, usable_device_count
 from shard_tutorial.problem import Budget, Case, Forbidden, Placement, Problem, Technique, precise
-from shard_tutorial.problems._blocks import device_counts
 from shard_tutorial.validation import (
     check_array,
     check_floating,

@@ -20,9 +20,9 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shard_tutorial.meshes import data_mesh_for, place
+from shard_tutorial.meshes import data_mesh_for, device_counts, place
 from shard_tutorial.problem import Case, Forbidden, Placement, Problem, Technique, precise
-from shard_tutorial.problems._blocks import blockwise, device_counts
+from shard_tutorial.problems._blocks import blockwise
 from shard_tutorial.validation import check_array
 
 __all__ = ["PROBLEM", "shard_map_ppermute"]

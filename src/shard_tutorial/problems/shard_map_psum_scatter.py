@@ -22,9 +22,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shard_tutorial.meshes import data_mesh_for, place, usable_device_count
+from shard_tutorial.meshes import data_mesh_for, device_counts, place, usable_device_count
 from shard_tutorial.problem import Budget, Case, Forbidden, Placement, Problem, Technique, precise
-from shard_tutorial.problems._blocks import device_counts
 from shard_tutorial.validation import check_array
 
 __all__ = ["PROBLEM", "shard_map_psum_scatter"]

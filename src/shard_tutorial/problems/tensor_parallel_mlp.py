@@ -23,9 +23,14 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shard_tutorial.meshes import data_model_mesh, data_model_shape, place
+from shard_tutorial.meshes import (
+    MAX_DEVICES,
+    data_model_mesh,
+    data_model_shape,
+    device_counts,
+    place,
+)
 from shard_tutorial.problem import Case, Forbidden, Placement, Problem, Technique, precise
-from shard_tutorial.problems._blocks import MAX_DEVICES, device_counts
 from shard_tutorial.validation import check_array
 
 __all__ = ["PROBLEM", "tensor_parallel_mlp"]

@@ -25,9 +25,8 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shard_tutorial.communication import bytes_per_number
-from shard_tutorial.meshes import axis_mesh, place, usable_device_count
+from shard_tutorial.meshes import axis_mesh, device_counts, place, usable_device_count
 from shard_tutorial.problem import Budget, Case, Forbidden, Placement, Problem, Technique, precise
-from shard_tutorial.problems._blocks import device_counts
 from shard_tutorial.validation import check_attention_inputs
 
 __all__ = ["PROBLEM", "causal_work", "ulysses_attention"]
@@ -409,7 +408,7 @@ def _limits(args: tuple[Any, ...]) -> dict[str, float]:
 
     ``sent``: each of the ``n`` devices sends ``(n - 1) / n`` of its ``(T / n,
     H, K)`` block in each of four all-to-alls (``q``, ``k``, ``v`` to heads, the
-    output back to tokens; :func:`shard_tutorial.compiled.ring_bytes`); nothing
+    output back to tokens; :func:`shard_tutorial.collective_costs.ring_bytes`); nothing
     on one device; a ``bfloat16`` block counted as ``float32``, as XLA's CPU
     backend sends it. ``held``: the buffers XLA assigns a device for any one
     program of the call (arguments, outputs and temporaries, and what the

@@ -25,9 +25,14 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shard_tutorial.meshes import data_mesh, data_mesh_for, place, usable_device_count
+from shard_tutorial.meshes import (
+    data_mesh,
+    data_mesh_for,
+    device_counts,
+    place,
+    usable_device_count,
+)
 from shard_tutorial.problem import Budget, Case, Forbidden, Placement, Problem, Technique, precise
-from shard_tutorial.problems._blocks import device_counts
 from shard_tutorial.validation import (
     check_array,
     check_floating,
@@ -504,7 +509,7 @@ def _limits(args: tuple[Any, ...]) -> dict[str, float]:
     """What a device may send: a reduce-scatter of the gradient, an all-gather of ``w``.
 
     Each is ``(n - 1) / n`` of ``w``'s bytes per device (the ring's figure, see
-    :func:`shard_tutorial.compiled.ring_bytes`), together what one all-reduce of
+    :func:`shard_tutorial.collective_costs.ring_bytes`), together what one all-reduce of
     ``w`` sends; and an all-reduce of one number, the ``pmean`` of the loss,
     which a jitted step leaves out (``jax.grad`` does not use the loss's value)
     but an eager ``shard_map`` runs. Gathering the moments whole, or the

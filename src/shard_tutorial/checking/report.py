@@ -15,6 +15,8 @@ import html
 import textwrap
 from collections.abc import Iterable
 
+from shard_tutorial.checking.protocol import Verdict
+
 __all__ = ["SYMBOLS", "CaseResult", "CheckReport", "DeviceRun", "explained"]
 
 _WRAP = "white-space: pre-wrap"  # a diagnosis is read, not scrolled
@@ -23,25 +25,25 @@ _CELL = "padding: 0.1em 1.2em 0.1em 0; text-align: left; white-space: nowrap"
 # pydata-sphinx-theme puts behind HTML outputs in dark mode (#ced6dd).
 _PASS_COLOUR = "#116329"
 _FAIL_COLOUR = "#a40e26"
-SYMBOLS = {
-    "pass": "pass",
-    "fail": "WRONG",
-    "error": "ERROR",
-    "timeout": "TIMEOUT",
-    "crash": "CRASHED",
-    "memory": "MEMORY",
-    "technique": "TECHNIQUE",
-    "placement": "PLACEMENT",
-    "reference": "REFERENCE",
-    "budget": "BUDGET",
-    "not run": "-",
+SYMBOLS: dict[str, str] = {  # by Verdict, a str
+    Verdict.PASS: "pass",
+    Verdict.FAIL: "WRONG",
+    Verdict.ERROR: "ERROR",
+    Verdict.TIMEOUT: "TIMEOUT",
+    Verdict.CRASH: "CRASHED",
+    Verdict.MEMORY: "MEMORY",
+    Verdict.TECHNIQUE: "TECHNIQUE",
+    Verdict.PLACEMENT: "PLACEMENT",
+    Verdict.REFERENCE: "REFERENCE",
+    Verdict.BUDGET: "BUDGET",
+    Verdict.NOT_RUN: "-",
 }
 
 
 RAN_NO_COLLECTIVE = "the program that computed it runs no collective over more than one device"
 """Added to a wrong value's bare message on several devices whose program combined nothing."""
 RAN = "the program that computed it runs "
-"""How the note on a wrong value's bare message begins (see :func:`shard_tutorial.judge._what_ran`)."""
+"""How the note on a wrong value's bare message begins (see :func:`shard_tutorial.checking.judge._what_ran`)."""
 
 
 def explained(message: str) -> bool:
@@ -52,7 +54,7 @@ def explained(message: str) -> bool:
     the sum of ...``).
 
     Examples:
-      >>> from shard_tutorial.report import explained
+      >>> from shard_tutorial.checking.report import explained
       >>> explained("value: expected 496.0, received 6.0")
       False
       >>> explained("value: expected 496.0, received 6.0. That is one device's partial sum.")
@@ -82,7 +84,7 @@ class CaseResult:
         with an answer to compute.
 
     Examples:
-      >>> from shard_tutorial.report import CaseResult
+      >>> from shard_tutorial.checking.report import CaseResult
       >>> CaseResult("a 2-D x", "x=float32[1,2]", "pass", raises="ValueError").row_label
       'refused (ValueError): a 2-D x'
       >>> CaseResult("empty", "x=float32[0]", "pass").row_label
@@ -384,7 +386,7 @@ def _values_right(run: DeviceRun) -> bool:
 
     The inputs the statement refuses have no values to get right: they are left out.
     """
-    right = {"pass", "technique", "placement", "reference", "budget"}
+    right = {Verdict.PASS, Verdict.TECHNIQUE, Verdict.PLACEMENT, Verdict.REFERENCE, Verdict.BUDGET}
     return run.load_error is None and all(
         r.status in right for r in run.results if r.raises is None
     )

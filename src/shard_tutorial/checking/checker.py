@@ -1,7 +1,7 @@
 """Check a solution to a problem, on one device and on many, and say what is wrong.
 
 The device count of a JAX process is fixed when JAX starts, so each device count runs
-in a fresh Python process (:mod:`shard_tutorial._check_worker`), by default 1 and 8
+in a fresh Python process (:mod:`shard_tutorial.checking.worker`), by default 1 and 8
 fake CPU devices at the same time. A worker only runs the solution: it calls it on
 each case (the problem's :attr:`~shard_tutorial.problem.Problem.cases`, which the
 package's tests use too, a few fresh random ones from a printed seed, and the inputs
@@ -10,12 +10,12 @@ there) and sends back what it returned, or raised, as plain data: values, dtype,
 shape, how the output is split over the devices, and how it was made, recorded
 during that same call (the XLA programs it came from, with their collectives and
 device counts). The verdict is given in the checker's own process, where the
-reader's code never ran (:mod:`shard_tutorial.judge`): the values against the
+reader's code never ran (:mod:`shard_tutorial.checking.judge`): the values against the
 problem's NumPy oracle, then where and how they were computed
 (:attr:`~shard_tutorial.problem.Problem.technique`) and the output's layout
 (:attr:`~shard_tutorial.problem.Problem.placement`); for a refused input, the error
-raised. The report is :mod:`shard_tutorial.report`'s; a cluster's answers are put together by
-:mod:`shard_tutorial.assembly`.
+raised. The report is :mod:`shard_tutorial.checking.report`'s; a cluster's answers are put together by
+:mod:`shard_tutorial.checking.assembly`.
 
 The checker is a teaching aid: it catches the usual shortcuts (an answer computed
 on the host or on one device, by ``jax.jit``'s automatic partitioning, with a
@@ -32,7 +32,7 @@ devices never reach) is stopped, and the remaining cases run in a new process; a
 two timeouts plus its normal time, whatever the solution does.
 
 The workers are forked from a process that has imported JAX already, kept for the
-life of the checker's process (:mod:`shard_tutorial._check_zygote`), rather than
+life of the checker's process (:mod:`shard_tutorial.checking.zygote`), rather than
 started afresh: each start would spend 1.3 s of CPU importing the same modules.
 
 From Python or a notebook, pass the function; from a terminal, the file that defines it::
@@ -66,13 +66,21 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from shard_tutorial._check_worker import MEMORY_SIGNS, is_library_file
-from shard_tutorial._check_zygote import ZYGOTES, Forked
-from shard_tutorial.judge import judge, judge_cluster, judge_refusal
+from shard_tutorial.checking.judge import judge, judge_cluster, judge_refusal
+from shard_tutorial.checking.protocol import Verdict, decode_answer
+from shard_tutorial.checking.report import CaseResult, CheckReport, DeviceRun
+from shard_tutorial.checking.worker import MEMORY_SIGNS, is_library_file
+from shard_tutorial.checking.zygote import ZYGOTES, Forked
 from shard_tutorial.problem import Case, Problem
 from shard_tutorial.problems import get_problem
-from shard_tutorial.process_tree import cpu_seconds, kill_descendants
-from shard_tutorial.report import CaseResult, CheckReport, DeviceRun
+from shard_tutorial.processes import (
+    bindable_port,
+    cpu_seconds,
+    environments,
+    kill_descendants,
+    require_seconds,
+    signal_name,
+)
 
 __all__ = [
     "DEFAULT_DEADLINE",
@@ -269,15 +277,8 @@ def check(
             f"{wrong[0]}: each process of a cluster gets the same number of devices"
         )
         raise ValueError(msg)
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
-        msg = f"timeout must be a number of seconds, got {type(timeout).__name__} {timeout!r}"
-        raise TypeError(msg)
-    if not 0 < timeout < math.inf:
-        msg = f"timeout must be a positive, finite number of seconds, got {timeout!r}"
-        raise ValueError(msg)
-    if isinstance(deadline, bool) or not deadline > 0:
-        msg = f"deadline must be a positive number of seconds, got {deadline!r}"
-        raise ValueError(msg)
+    timeout = require_seconds(timeout, "timeout")
+    deadline = require_seconds(deadline, "deadline", finite=False)
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         msg = f"seed must be a whole number, got {type(seed).__name__} {seed!r}"
         raise TypeError(msg)
@@ -294,7 +295,7 @@ def check(
     else:
         seed = None
     if refusals:
-        cases += problem.refusals  # last: the worker lays out none of them (_check_worker)
+        cases += problem.refusals  # last: the worker lays out none of them (worker.py)
     if load_error is not None:
         runs = tuple(DeviceRun(n, (), load_error, processes if n > 1 else 1) for n in counts)
         notes: tuple[str, ...] = ()
@@ -452,7 +453,7 @@ class _Check:
         """Case ``index``'s result, with its label, its arguments and any error it asks for."""
         case = self.cases[index]
         return CaseResult(
-            case.label, self.problem.describe(case), status, message, seconds, case.raises
+            case.label, self.problem.describe(case), Verdict(status), message, seconds, case.raises
         )
 
     def run(self, devices: int, processes: int = 1) -> DeviceRun:
@@ -467,16 +468,17 @@ class _Check:
             if outcome.stopped is None:
                 break
             index, status, message = outcome.stopped
-            seconds = self.timeout if status == "timeout" else 0.0  # a crash's moment: unknown
+            # A hang lasted the timeout; a crash's moment is unknown.
+            seconds = self.timeout if status == Verdict.TIMEOUT else 0.0
             results[index] = self.result(index, status, message, seconds)
             lost_in_a_row = lost_in_a_row + 1 if not outcome.results else 1
-            hangs += status == "timeout"
+            hangs += status == Verdict.TIMEOUT
             start = index + 1
             if time.monotonic() > self.deadline:
                 for rest in range(start, len(self.cases)):
                     results[rest] = self.result(
                         rest,
-                        "not run",
+                        Verdict.NOT_RUN,
                         f"not run: the check's deadline of {self.seconds:g} s was reached",
                     )
                 break
@@ -485,11 +487,13 @@ class _Check:
                 for rest in range(start, len(self.cases)):
                     results[rest] = self.result(
                         rest,
-                        "not run",
+                        Verdict.NOT_RUN,
                         f"not run, after {why} that stopped the process running the solution",
                     )
                 break
-        ordered = tuple(results.get(i) or self.result(i, "not run") for i in range(len(self.cases)))
+        ordered = tuple(
+            results.get(i) or self.result(i, Verdict.NOT_RUN) for i in range(len(self.cases))
+        )
         return DeviceRun(devices, ordered, processes=processes)
 
     def _cancelled(self) -> bool:
@@ -502,10 +506,8 @@ class _Check:
         """
         cluster = None
         if processes > 1:
-            from shard_tutorial.launcher import _bindable_port  # noqa: PLC0415
-
             cluster = {
-                "coordinator": f"127.0.0.1:{_bindable_port(None)}",
+                "coordinator": f"127.0.0.1:{bindable_port(None)}",
                 "processes": processes,
                 "parent": os.getpid(),
             }
@@ -581,7 +583,7 @@ class _Check:
             raise _Cancelled
         else:
             process = subprocess.Popen(
-                [sys.executable, "-m", "shard_tutorial._check_worker"],
+                [sys.executable, "-m", "shard_tutorial.checking.worker"],
                 stdin=subprocess.PIPE,
                 stdout=output,
                 stderr=subprocess.STDOUT,
@@ -853,28 +855,20 @@ class _Follow:
         case = self.check.cases[index]
         if case.raises is not None:  # an input the statement refuses: every process must
             failed = [judge_refusal(case, answers[p][0]) for p in sorted(answers)]
-            status, message = next((v for v in failed if v[0] != "pass"), failed[0])
+            status, message = next((v for v in failed if v[0] != Verdict.PASS), failed[0])
         elif raised:
             event = answers[raised[0]][0]
-            status, message = "error", self._who(raised[0]) + str(event["message"])
+            status, message = Verdict.ERROR, self._who(raised[0]) + str(event["message"])
             if event["memory"] is True:
-                status, message = "memory", _memory_message(message)
+                status, message = Verdict.MEMORY, _memory_message(message)
         elif len(answers) == 1:
-            event, payload = answers[0]
-            output, how, extra = _split(event, payload)
-            status, message = judge(
-                self.check.problem, self.check.cases[index], event["output"], output,
-                self.devices, how, extra,
-            )  # fmt: skip
-            seconds = float(event["seconds"])
+            answer = decode_answer(*answers[0])
+            status, message = judge(self.check.problem, case, answer, self.devices)
+            seconds = answer.seconds or 0.0
         else:
-            split = [_split(answers[p][0], answers[p][1]) for p in sorted(answers)]
-            status, message = judge_cluster(
-                self.check.problem, self.check.cases[index],
-                [answers[p][0]["output"] for p in sorted(answers)],
-                [output for output, _, _ in split], self.devices, split[0][1], split[0][2],
-            )  # fmt: skip
-            seconds = max(float(answers[p][0]["seconds"]) for p in answers)
+            decoded = [decode_answer(*answers[p]) for p in sorted(answers)]
+            status, message = judge_cluster(self.check.problem, case, decoded, self.devices)
+            seconds = max(answer.seconds or 0.0 for answer in decoded)
         self.outcome.results[index] = self.check.result(index, status, message, seconds)
 
     def _garbled(self, process: int) -> None:
@@ -883,7 +877,7 @@ class _Follow:
             "process running the solution: does the solution write to file descriptors it "
             "did not open?"
         )
-        self._stop_with("crash", self._who(process) + message)
+        self._stop_with(Verdict.CRASH, self._who(process) + message)
 
     def _stop_with(self, status: str, message: str, *, running: bool | None = None) -> None:
         # ``running``: whether the process that failed was past loading. On a cluster it
@@ -902,7 +896,7 @@ class _Follow:
             f"case may take {self.check.timeout:g} s; is the solution, or its file's "
             "imports, much slower than it needs to be?)"
         )
-        self._stop_with("timeout", message, running=self.phase == "running")
+        self._stop_with(Verdict.TIMEOUT, message, running=self.phase == "running")
 
     def _hung(self) -> None:
         waiting = [
@@ -940,7 +934,7 @@ class _Follow:
             )
             if len(self.processes) > 1:
                 message += " Every process of the cluster was stopped."
-        self._stop_with("timeout", who + message)
+        self._stop_with(Verdict.TIMEOUT, who + message)
 
     def _ended(self, process: int, status: int | None) -> None:
         """A worker ended (exit ``status``, negative for a signal) before it was done."""
@@ -951,17 +945,21 @@ class _Follow:
         who = self._who(process)
         if self.phases[process] == "starting":
             message = who + f"the checking process failed to start ({how})"
-            self._stop_with("crash", message + (f"; its last output:\n{tail}" if tail else ""))
+            self._stop_with(
+                Verdict.CRASH, message + (f"; its last output:\n{tail}" if tail else "")
+            )
             return
         if self.phases[process] == "loading":
             if any(sign in tail for sign in MEMORY_SIGNS):
-                self._stop_with("memory", _memory_message(who + "while the file was loaded"))
+                self._stop_with(Verdict.MEMORY, _memory_message(who + "while the file was loaded"))
                 return
             message = who + (
                 f"the process ended while your file was being loaded ({how}): does the "
                 "file call os._exit(), exit() or os.abort() at its top level?"
             )
-            self._stop_with("crash", message + (f"\nIts last output:\n{tail}" if tail else ""))
+            self._stop_with(
+                Verdict.CRASH, message + (f"\nIts last output:\n{tail}" if tail else "")
+            )
             return
         if self.current is None:  # every case had its answer; only the goodbye is missing
             self.finished.add(process)
@@ -969,14 +967,16 @@ class _Follow:
             return
         if status in {-signal.SIGABRT, 134} and "may be stuck" in tail:
             self._stop_with(
-                "timeout",
+                Verdict.TIMEOUT,
                 who + "a collective that not every device reached: XLA stopped the process "
                 "after waiting for the devices that never called it (a psum inside an if, or a "
                 "different number of collectives per device?)",
                 running=True,
             )
         elif any(sign in tail for sign in MEMORY_SIGNS):
-            self._stop_with("memory", _memory_message(who + tail.splitlines()[-1]), running=True)
+            self._stop_with(
+                Verdict.MEMORY, _memory_message(who + tail.splitlines()[-1]), running=True
+            )
         else:
             message = who + (
                 f"the process running the solution ended ({how}) during this case"
@@ -985,7 +985,7 @@ class _Follow:
             )
             if len(self.processes) > 1:
                 message += "\n(Every process of the cluster was stopped.)"
-            self._stop_with("crash", message, running=True)
+            self._stop_with(Verdict.CRASH, message, running=True)
 
 
 _PHASES = ["starting", "loading", "running"]
@@ -997,16 +997,6 @@ def _cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
-
-
-def _split(event: dict[str, Any], payload: bytes) -> tuple[bytes, dict[str, Any] | None, bytes]:
-    """An output event's bytes as the output's values, how it was made, and the candidates'."""
-    how = event.get("how")
-    extra = int(event.get("how_nbytes", 0)) if isinstance(how, dict) else 0
-    if not 0 <= extra <= len(payload):
-        return payload, {"error": "the worker's report on it was garbled"}, b""
-    cut = len(payload) - extra
-    return payload[:cut], how if isinstance(how, dict) else None, payload[cut:]
 
 
 class _Cancelled(Exception):
@@ -1061,11 +1051,7 @@ def _how_it_ended(status: int | None) -> str:
     if status is None:
         return "it closed its channel to the checker"
     if status < 0:
-        try:
-            name = signal.Signals(-status).name
-        except ValueError:
-            name = f"signal {-status}"
-        return f"killed by {name}"
+        return f"killed by {signal_name(-status)}"
     return f"exit status {status}"
 
 
@@ -1093,20 +1079,10 @@ def _end_descendants(token: str) -> None:
     here by the token (Linux's ``/proc``; elsewhere nothing is done).
     """
     marker = f"{_TOKEN}={token}".encode()
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return
-    me = os.getpid()
-    for entry in proc.iterdir():
-        if not entry.name.isdigit() or int(entry.name) == me:
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:  # gone, or not ours to read
-            continue
-        if marker in environ.split(b"\0"):
+    for pid, variables in environments():
+        if marker in variables:
             with contextlib.suppress(OSError):
-                os.kill(int(entry.name), signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
 
 
 def _end_orphans() -> None:
@@ -1115,20 +1091,11 @@ def _end_orphans() -> None:
     A check's token starts with the pid of the process that ran it; a process that
     still carries the token of a process that no longer exists is an orphan.
     """
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return
     prefix = f"{_TOKEN}=".encode()
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        for variable in environ.split(b"\0"):
+    for pid, variables in environments():
+        for variable in variables:
             if variable.startswith(prefix):
                 owner = variable[len(prefix) :].split(b"-")[0]
                 if owner.isdigit() and not Path(f"/proc/{int(owner)}").exists():
                     with contextlib.suppress(OSError):
-                        os.kill(int(entry.name), signal.SIGKILL)
+                        os.kill(pid, signal.SIGKILL)

@@ -1,6 +1,6 @@
 """Start the checker's workers by ``fork()`` from a process that has imported JAX already.
 
-A worker (:mod:`shard_tutorial._check_worker`) spends about 1.3 s of CPU importing
+A worker (:mod:`shard_tutorial.checking.worker`) spends about 1.3 s of CPU importing
 JAX, NumPy, cloudpickle and this package before it runs a line of the solution's,
 and a CI run starts about 300 of them on 2 cores: some 6 CPU-minutes of the same
 imports. So the checker starts, once per process, a *zygote*: a process started
@@ -8,7 +8,7 @@ exactly as a worker is (the same interpreter, command-line flags, environment an
 working directory) that makes those imports, without starting any JAX backend (the
 device count is fixed when the backend starts, and each worker sets its own), and
 then waits. Each worker is a ``fork()`` of it, which takes milliseconds, and then
-runs :func:`shard_tutorial._check_worker.main` as ``python -m`` would: the same
+runs :func:`shard_tutorial.checking.worker.main` as ``python -m`` would: the same
 request on standard input, the same reports on its channel, the same exit statuses.
 Measured on 2 cores: a check of ``shard_map_psum`` on 1 and 8 devices took 5.2 s
 with workers started afresh, 1.4 s with forked ones (2.6 s for the first check of a
@@ -22,7 +22,7 @@ Every guarantee of the checker's holds for a forked worker as for a started one:
   request, and the worker runs nothing of the solution's before it has read it.
 - It dies with the checker, even if the checker is killed with ``SIGKILL``: the
   worker dies with the zygote (``PR_SET_PDEATHSIG``, as
-  :func:`shard_tutorial.launcher._die_with_launcher` sets it for a started worker),
+  :func:`shard_tutorial.processes.die_with` sets it for a started worker),
   and the zygote exits as soon as the checker is gone (it watches a pidfd of the
   checker and its socket to it), killing the sessions of its workers and reaping
   them first. The checker, at its exit, closes the socket and waits for that: once
@@ -66,7 +66,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO, NoReturn
 
-from shard_tutorial.process_tree import become_subreaper, children, kill_descendants
+from shard_tutorial.processes import become_subreaper, children, kill_descendants
 
 ROOM_VARIABLE = "SHARD_TUTORIAL_CHECK_ROOM"
 """The zygote's last environment variable: room for a worker's own variables (its token)."""
@@ -85,8 +85,8 @@ FORK_TIMEOUT = 30.0
 CLOSE_GRACE = 10.0
 """Seconds a zygote may take to end and reap its workers once told to stop, before it is killed."""
 _BROKEN = 70  # a forked worker's exit status when it could not be set up (EX_SOFTWARE)
-_WORKER = "shard_tutorial._check_worker"
-_ZYGOTE = "shard_tutorial._check_zygote"  # not __name__, which is "__main__" in the zygote
+_WORKER = "shard_tutorial.checking.worker"
+_ZYGOTE = "shard_tutorial.checking.zygote"  # not __name__, which is "__main__" in the zygote
 
 
 # --- The checker's side ------------------------------------------------------------------
@@ -102,6 +102,7 @@ class Forked:
     """
 
     def __init__(self, zygote: Zygote, pid: int, stdin: BinaryIO, channel: int) -> None:
+        """Hold worker ``pid``, forked by ``zygote``, its ``stdin`` and its ``channel``."""
         self.zygote, self.pid, self.stdin, self.channel = zygote, pid, stdin, channel
         self.parent = zygote.pid  # the process the worker dies with
         self.returncode: int | None = None
@@ -148,6 +149,7 @@ class Zygote:
     """
 
     def __init__(self, environ: Mapping[str, str], cwd: str) -> None:
+        """Start a zygote with ``environ`` in ``cwd``; it imports JAX in the background."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.socket = ours
         self.started = time.monotonic()
@@ -328,6 +330,7 @@ class Zygotes:
     """
 
     def __init__(self) -> None:
+        """Hold no zygote yet: each starts on its first use."""
         self.lock = threading.Lock()
         self.zygotes: dict[tuple[Any, ...], Zygote] = {}
         self.broken: set[tuple[Any, ...]] = set()  # zygotes that could not start: Popen
@@ -502,17 +505,18 @@ def _preload() -> None:
     import jax  # noqa: PLC0415
     import jax.numpy  # noqa: F401, PLC0415
     import numpy as np  # noqa: F401, PLC0415
-    from jax._src import xla_bridge  # noqa: PLC0415
 
-    import shard_tutorial._check_worker  # noqa: PLC0415
+    import shard_tutorial.checking.digest  # noqa: PLC0415
+    import shard_tutorial.checking.recording  # noqa: PLC0415
+    import shard_tutorial.checking.worker  # noqa: PLC0415
     import shard_tutorial.compiled  # noqa: PLC0415
     import shard_tutorial.devices  # noqa: PLC0415
-    import shard_tutorial.launcher  # noqa: PLC0415
     import shard_tutorial.problem  # noqa: PLC0415
     import shard_tutorial.problems  # noqa: PLC0415 (the problems' arrange and limits)
-    import shard_tutorial.recording  # noqa: F401, PLC0415
+    import shard_tutorial.processes  # noqa: F401, PLC0415
+    from shard_tutorial.checking.jax_internals import XLA_BACKENDS  # noqa: PLC0415
 
-    if getattr(xla_bridge, "_backends", None):
+    if XLA_BACKENDS.get(None):
         msg = "a JAX backend started during the imports: the device count would be fixed"
         raise _Unusable(msg)
 
@@ -626,7 +630,7 @@ class _Server:
     def _sweep(self) -> None:
         """Kill and reap every child that is not a worker: orphans of what workers started.
 
-        The zygote is a subreaper (:func:`shard_tutorial.process_tree.become_subreaper`):
+        The zygote is a subreaper (:func:`shard_tutorial.processes.become_subreaper`):
         a process a worker's child started, then left (a double fork, a new session
         without the check's token in its environment), becomes the zygote's child when
         its parent exits, and is ended here.
@@ -662,9 +666,9 @@ class _Server:
         """In the forked child: become the worker the checker asked for; never returns."""
         try:
             os.setsid()  # before the checker has the pid: it may killpg it at once
-            from shard_tutorial.launcher import _die_with_launcher  # noqa: PLC0415
+            from shard_tutorial.processes import die_with  # noqa: PLC0415
 
-            _die_with_launcher(self.me)  # the zygote dies with the checker
+            die_with(self.me)  # the zygote dies with the checker
             os.write(ready, b"\0")
             # Only the descriptors a started worker has: 0, 1, 2, its channel, and
             # what the imports opened (no socket, pidfd or other worker's pipe).
@@ -689,7 +693,7 @@ class _Server:
 
             # NumPy's global generator was seeded when the zygote imported it: a worker's own.
             np.random.seed()  # noqa: NPY002
-            del sys.argv[1:]  # the worker's command line: python -m _check_worker
+            del sys.argv[1:]  # the worker's command line: python -m shard_tutorial.checking.worker
         except BaseException as error:  # noqa: BLE001 (reported as the worker's output)
             with contextlib.suppress(OSError):
                 os.write(output, f"the forked worker could not be set up: {error!r}\n".encode())

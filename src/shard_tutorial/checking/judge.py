@@ -2,7 +2,7 @@
 
 The judge runs in the checker's own process, where the solution's code never ran,
 and holds the problem's oracle. It reads only plain data a worker sent
-(:func:`shard_tutorial._check_worker.answer`): the output's values and layout, and
+(:func:`shard_tutorial.checking.worker.answer`): the output's values and layout, and
 how the output was made, recorded during the very call that returned it: the XLA
 programs it depends on (their collectives, read by :mod:`shard_tutorial.compiled`,
 and their device counts), copies from the host, and earlier arrays shaped like the
@@ -23,6 +23,7 @@ answer. In order:
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 from collections.abc import Sequence
@@ -32,24 +33,20 @@ from typing import Any
 import jax
 import numpy as np
 
-from shard_tutorial.assembly import Disagree, array, combine, items, own
-from shard_tutorial.compiled import (
-    Collective,
-    Frame,
-    host_callbacks,
-    parse_collectives,
-    sent_by,
-)
+from shard_tutorial.checking.assembly import Disagree, array, combine, items, own
+from shard_tutorial.checking.digest import fingerprint
+from shard_tutorial.checking.protocol import Answer, Verdict
+from shard_tutorial.checking.report import RAN, RAN_NO_COLLECTIVE, explained
+from shard_tutorial.collective_costs import sent_by
+from shard_tutorial.compiled import Collective, Frame, host_callbacks, parse_collectives
 from shard_tutorial.problem import (
     KINDS_IN_WORDS,
     Budget,
     Case,
     Problem,
     Technique,
-    fingerprint,
     precise,
 )
-from shard_tutorial.report import RAN, RAN_NO_COLLECTIVE, explained
 
 __all__ = ["judge", "judge_cluster", "judge_refusal"]
 
@@ -63,7 +60,7 @@ _PRIMITIVES_OF_KIND = {
 }
 
 
-def judge_refusal(case: Case, event: dict[str, Any]) -> tuple[str, str]:
+def judge_refusal(case: Case, event: dict[str, Any]) -> tuple[Verdict, str]:
     """The verdict on an answer to an input the statement refuses (``case.raises``).
 
     Args:
@@ -77,7 +74,7 @@ def judge_refusal(case: Case, event: dict[str, Any]) -> tuple[str, str]:
       one derived from it); else ``("fail", ...)`` saying what it did instead.
 
     Examples:
-      >>> from shard_tutorial.judge import judge_refusal
+      >>> from shard_tutorial.checking.judge import judge_refusal
       >>> from shard_tutorial.problem import Case
       >>> case = Case("a fractional seed", (3.5,), raises="ValueError")
       >>> judge_refusal(case, {"event": "output"})[0]
@@ -89,33 +86,37 @@ def judge_refusal(case: Case, event: dict[str, Any]) -> tuple[str, str]:
     wanted = case.raises
     asked = f"the statement's Raises section asks for {wanted} ({case.label})"
     if event.get("event") != "raised":
-        return "fail", (
+        return Verdict.FAIL, (
             f"returned a value where {asked}: check the arguments before computing with them"
         )
     types = [str(t) for t in event.get("types", [])]
     message = str(event.get("message", ""))
     if wanted in types:
-        return "pass", ""  # a plain pass: nothing of the case went unjudged
-    return "fail", f"raised {types[0] if types else 'an error'} where {asked}: {message}"
+        return Verdict.PASS, ""  # a plain pass: nothing of the case went unjudged
+    return Verdict.FAIL, f"raised {types[0] if types else 'an error'} where {asked}: {message}"
 
 
 def judge_cluster(
-    problem: Problem,
-    case: Case,
-    outputs: list[dict[str, Any]],
-    payloads: list[bytes],
-    devices: int,
-    how: dict[str, Any] | None = None,
-    how_payload: bytes = b"",
-) -> tuple[str, str]:
+    problem: Problem, case: Case, answers: Sequence[Answer], devices: int
+) -> tuple[Verdict, str]:
     """The verdict on ``case`` from what each process of a cluster returned.
 
-    ``how`` is how process 0 made its answer (every process runs the same programs).
+    How the answer was made is read from process 0's (every process runs the same
+    programs).
 
     Arrays are put back together from every process' shards (no collective ran to
     gather them) and judged as one, item by item for a tuple; anything else is
     judged process by process.
     """
+    outputs = [answer.output for answer in answers]
+    payloads = [answer.values for answer in answers]
+    made = dataclasses.replace(answers[0], output={}, values=b"")  # how, and its candidates
+
+    def judged(output: dict[str, Any], values: bytes) -> tuple[Verdict, str]:
+        return judge(
+            problem, case, dataclasses.replace(made, output=output, values=values), devices
+        )
+
     names = problem.outputs
     lengths = {len(o.get("items", ())) for o in outputs}
     if names and all("items" in o for o in outputs) and len(lengths) == 1:
@@ -126,49 +127,38 @@ def judge_cluster(
         ]
         for k, result in enumerate(combined):
             if isinstance(result, str):
-                return "fail", f"{names[k] if k < len(names) else f'item {k}'}: {result}"
+                return Verdict.FAIL, f"{names[k] if k < len(names) else f'item {k}'}: {result}"
         if all(result is not None for result in combined):
             parts_ = [result for result in combined if isinstance(result, tuple)]
             header = {**outputs[0], "items": [item for item, _ in parts_]}
-            return judge(
-                problem, case, header, b"".join(d for _, d in parts_), devices, how, how_payload
-            )
+            return judged(header, b"".join(d for _, d in parts_))
     elif not names:
         result = combine(outputs, payloads)
         if isinstance(result, str):
-            return "fail", result
+            return Verdict.FAIL, result
         if result is not None:
-            return judge(problem, case, result[0], result[1], devices, how, how_payload)
+            return judged(result[0], result[1])
     count = len(outputs)
     for process, (output, payload) in enumerate(zip(outputs, payloads, strict=True)):
         try:
-            status, message = judge(problem, case, *own(output, payload), devices, how, how_payload)
+            status, message = judged(*own(output, payload))
         except Disagree as error:
-            status, message = "fail", str(error)
-        if status != "pass":
+            status, message = Verdict.FAIL, str(error)
+        if status != Verdict.PASS:
             return status, f"process {process} of {count}: {message}"
-    return "pass", ""
+    return Verdict.PASS, ""
 
 
-def judge(
-    problem: Problem,
-    case: Case,
-    output: dict[str, Any],
-    payload: bytes,
-    devices: int,
-    how: dict[str, Any] | None = None,
-    how_payload: bytes = b"",
-) -> tuple[str, str]:
+def judge(problem: Problem, case: Case, answer: Answer, devices: int) -> tuple[Verdict, str]:
     """The verdict on what a solution returned for ``case``: a status and a message.
 
     Args:
       problem: the problem.
       case: the case that was run.
-      output: the worker's description of the output (its ``"output"``).
-      payload: the output's values.
+      answer: what the worker reported (:func:`~shard_tutorial.checking.protocol.decode_answer`):
+        the output's description and values, and how it was made (``answer.how``; None:
+        not judged) with the values of the candidates it lists.
       devices: the run's device count, which decides the mesh the contract asks for.
-      how: how the output was made (the worker's ``"how"``); None: not judged.
-      how_payload: the values of the candidates ``how`` lists.
 
     Returns:
       ``("pass", "")``; ``("pass", why)`` where the case cannot show the technique
@@ -180,70 +170,111 @@ def judge(
 
     Examples:
       >>> import jax.numpy as jnp
-      >>> from shard_tutorial._check_worker import answer
-      >>> from shard_tutorial.judge import judge
+      >>> from shard_tutorial.checking.worker import answer
+      >>> from shard_tutorial.checking.judge import judge
+      >>> from shard_tutorial.checking.protocol import decode_answer
       >>> from shard_tutorial.problems import get_problem
       >>> psum = get_problem("shard_map_psum")
       >>> case = psum.cases[0]
       >>> event, data = answer(jnp.sum, psum.arranged(case))
-      >>> status, message = judge(psum, case, event["output"], data[: len(data) - event["how_nbytes"]],
-      ...                         1, event["how"], data[len(data) - event["how_nbytes"] :])
+      >>> status, message = judge(psum, case, decode_answer(event, data), 1)
       >>> status, message.split(":")[0]
       ('technique', 'right values, computed with jax.numpy or jax.jit, not with jax.shard_map')
     """
+    labelled = _labelled(problem, answer)
+    if isinstance(labelled, str):
+        return Verdict.FAIL, labelled
+    arrays = _arrays(labelled)
+    if isinstance(arrays, str):
+        return Verdict.FAIL, arrays
+    wrong = _judge_values(problem, case, labelled, arrays, answer.how, devices)
+    if wrong is not None:
+        return Verdict.FAIL, wrong
+    note = ""
+    if answer.how is not None:
+        with jax.enable_x64(False):
+            expected = problem.expected(case, devices)
+        verdict = _judge_how(
+            problem, case, [item for _, item, _ in labelled],
+            list(expected) if problem.outputs else [expected], devices, answer.how,
+            answer.candidates, arrays,
+        )  # fmt: skip
+        if verdict is not None and verdict[0] != Verdict.PASS:
+            return verdict
+        note = verdict[1] if verdict is not None else ""
+    misplaced = _judge_placement(problem, case, labelled, devices)
+    if misplaced is not None:
+        return Verdict.PLACEMENT, misplaced
+    return Verdict.PASS, note
+
+
+_Labelled = list[tuple[str, dict[str, Any], bytes]]
+"""An answer's outputs: each one's name (empty for a single output), description and values."""
+
+
+def _labelled(problem: Problem, answer: Answer) -> _Labelled | str:
+    """The answer's outputs, named as the problem names them; or why they cannot be."""
+    output, payload = answer.output, answer.values
     names = problem.outputs
-    if names:
-        wanted = f"the tuple ({', '.join(names)})"
-        if "items" not in output:
-            return "fail", _not_an_array(output).split(", not an array")[0] + f", not {wanted}"
-        if len(output["items"]) != len(names):
-            return "fail", (
-                f"returned a {output['kind']} of {len(output['items'])} items, not {wanted}"
-            )
-        labelled = list(zip(names, output["items"], items(output, payload), strict=True))
-    else:
-        labelled = [("", output, payload)]
+    if not names:
+        return [("", output, payload)]
+    wanted = f"the tuple ({', '.join(names)})"
+    if "items" not in output:
+        return _not_an_array(output).split(", not an array")[0] + f", not {wanted}"
+    if len(output["items"]) != len(names):
+        return f"returned a {output['kind']} of {len(output['items'])} items, not {wanted}"
+    return list(zip(names, output["items"], items(output, payload), strict=True))
+
+
+def _arrays(labelled: _Labelled) -> list[np.ndarray] | str:
+    """Each output's values as a NumPy array; or why one is not an array of numbers."""
     arrays = []
     for name, item, data in labelled:
         if item["kind"] not in {"jax.Array", "numpy"}:
-            return "fail", _named(name, _not_an_array(item))
+            return _named(name, _not_an_array(item))
         try:
             arrays.append(array(item, data))
         except ValueError:
-            return "fail", _named(name, (
+            return _named(name, (
                 f"returned an array of {item.get('dtype')}, which is not a dtype of numbers "
                 "(nor of the size its shape says)"
             ))  # fmt: skip
-    received: Any = tuple(arrays) if names else arrays[0]
+    return arrays
+
+
+def _judge_values(
+    problem: Problem,
+    case: Case,
+    labelled: _Labelled,
+    arrays: list[np.ndarray],
+    how: dict[str, Any] | None,
+    devices: int,
+) -> str | None:
+    """Why the values are wrong (against the oracle, across replicas, on the host); None if right."""
+    received: Any = tuple(arrays) if problem.outputs else arrays[0]
     with jax.enable_x64(False):  # the expected dtypes are JAX's defaults, whatever the caller's
         diagnosis = problem.diagnose(case, received, devices)
     differ = [name or "the output" for name, item, _ in labelled if item.get("replicas_differ")]
     if differ:
-        return "fail", (
+        return (
             f"the devices hold different values for {' and '.join(differ)}, which the output's "
             "sharding says every device holds a copy of: each device computed its own (with "
             "check_vma=False, out_specs=P() is not checked). The values on the first device: "
             + (diagnosis or "right")
         )
     if diagnosis is not None:
-        return "fail", diagnosis + _what_ran(how, devices, diagnosis)
+        return diagnosis + _what_ran(how, devices, diagnosis)
     for name, item, _ in labelled:
         if item["kind"] == "numpy":
-            return "fail", _named(name, (
+            return _named(name, (
                 "right values, but a NumPy array, not a jax.Array: the answer was brought to "
                 "the host; return the array JAX computed, still on its devices"
             ))  # fmt: skip
-    note = ""
-    if how is not None:
-        with jax.enable_x64(False):
-            expected = problem.expected(case, devices)
-        verdict = _judge_how(
-            problem, case, [item for _, item, _ in labelled],
-            list(expected) if names else [expected], devices, how, how_payload, arrays,
-        )  # fmt: skip
-        if verdict is not None and verdict[0] != "pass":
-            return verdict
-        note = verdict[1] if verdict is not None else ""
+    return None
+
+
+def _judge_placement(problem: Problem, case: Case, labelled: _Labelled, devices: int) -> str | None:
+    """Why an output is laid out over the devices otherwise than the contract says; None if not."""
     for (name, item, _), placement in zip(labelled, problem.placements(), strict=True):
         if placement is None:
             continue
@@ -252,8 +283,8 @@ def judge(
             tuple(item["shape"]), tuple(item["split"]), int(item["devices"]), blocks
         )
         if wrong is not None:
-            return "placement", _named(name, wrong)
-    return "pass", note
+            return _named(name, wrong)
+    return None
 
 
 def _what_ran(how: dict[str, Any] | None, devices: int, message: str) -> str:
@@ -292,7 +323,7 @@ def _judge_how(
     how: dict[str, Any],
     how_payload: bytes,
     received: Sequence[np.ndarray] = (),
-) -> tuple[str, str] | None:
+) -> tuple[Verdict, str] | None:
     """The verdict on how and where right values were computed; None if as asked."""
     technique = problem.technique
     practises = (
@@ -301,11 +332,11 @@ def _judge_how(
         else f"see the problem's page, {problem.page}"
     )
     if "error" in how:
-        return "technique", (
+        return Verdict.TECHNIQUE, (
             f"right values, but the checker could not read how they were computed: {how['error']}"
         )
     if how.get("intact") is not True:
-        return "technique", (
+        return Verdict.TECHNIQUE, (
             "right values, but the solution replaced the hooks in JAX through which the checker "
             "sees the programs a call runs, so how it computed them cannot be judged"
         )
@@ -313,7 +344,7 @@ def _judge_how(
     own_file = Path(inspect.getfile(problem.reference)).resolve()
     for program in programs:
         if any(_same_file(name, own_file) for name in program.get("files", [])):
-            return "reference", (
+            return Verdict.REFERENCE, (
                 "right values, but computed by the package's own solution "
                 f"({own_file.parent.name}/{own_file.name}): the checker judges code of yours; "
                 "write the function yourself (the page's hidden solution is there to compare "
@@ -325,7 +356,7 @@ def _judge_how(
         # Nothing to split over the devices: an answer may skip them (a sum of nothing
         # is 0), and XLA drops collectives of empty blocks. No device, technique or
         # collective is asked for.
-        return "pass", NOT_JUDGED["empty"]
+        return Verdict.PASS, NOT_JUDGED["empty"]
     # A problem with no technique (one that simulates devices on one) asks for no mesh.
     mesh = problem.mesh_shape(case, devices) if technique is not None else (1,)
     wanted = math.prod(mesh)
@@ -337,12 +368,12 @@ def _judge_how(
         got = received[k] if k < len(received) else None
         origin = _first_made(candidates.get(k, []), want, case, problem, got, devices)
         if origin is not None and origin["made"] == "host":
-            return "technique", (
+            return Verdict.TECHNIQUE, (
                 "right values, but computed on the host (with NumPy or Python) and then copied "
                 f"to the devices: {practises}" + _copied_at(origin.get("line"))
             )
         if origin is not None and int(origin["devices"]) < wanted:
-            return "placement", (
+            return Verdict.PLACEMENT, (
                 f"right values, but computed on {_devices(int(origin['devices']))}, where the "
                 f"contract's mesh for {inputs} has {mesh_text} devices: split the work over "
                 "all of them"
@@ -352,7 +383,7 @@ def _judge_how(
         held = int(item.get("devices", 1))
         if item.get("kind") == "jax.Array" and held < wanted:
             name = problem.outputs[k] if problem.outputs else "the result"
-            return "placement", (
+            return Verdict.PLACEMENT, (
                 f"right values, but {name} lies on {_devices(held)}, where the contract's mesh "
                 f"for {inputs} has {mesh_text} devices"
             )
@@ -362,12 +393,12 @@ def _judge_how(
         if k < len(made_at) and made_at[k] is None and maker and maker.get("kind") == "copy":
             copy = copies.get(int(maker["order"]))
             if copy is not None and copy.get("host"):
-                return "technique", (
+                return Verdict.TECHNIQUE, (
                     "right values, but copied to the devices from the host, where they were "
                     f"computed (with NumPy or Python): {practises}" + _copied_at(copy.get("line"))
                 )
     if not made_by or all(m is None for m in made_by):
-        return "technique", (
+        return Verdict.TECHNIQUE, (
             "right values, but no program the checker could see computed them (returned "
             f"as given, or made outside jax.jit's and jax.shard_map's programs): {practises}"
         )
@@ -378,7 +409,7 @@ def _judge_how(
         # compiled ahead of time and called as such, which JAX runs without a trace).
         where = _copied_at(how.get("unknown_line")) or _code_lines(programs)
         arrays = "an array" if unseen == 1 else f"{unseen} arrays"
-        return "technique", (
+        return Verdict.TECHNIQUE, (
             f"right values, but they were computed from {arrays} made where the checker "
             "cannot see how (in another thread, or by a program compiled ahead of time with "
             ".lower(...).compile() and called directly), and it credits only what it sees "
@@ -389,7 +420,7 @@ def _judge_how(
     considered = [p for p in programs if latest is None or int(p["order"]) <= latest]
     called_back = [t for p in considered for t in host_callbacks(str(p.get("text", "")))]
     if called_back:
-        return "technique", (
+        return Verdict.TECHNIQUE, (
             "right values, but the program calls back into Python on the host for part of "
             f"them (jax.pure_callback or io_callback, returning {', '.join(called_back)}): the "
             f"devices must compute them; {practises}" + _code_lines(considered)
@@ -400,10 +431,10 @@ def _judge_how(
     if hidden is not None:
         # What computes the technique's part cannot reach a right answer here, and a
         # compiler may drop it (0 * grad): its absence is no mistake.
-        return "pass", f"{NOT_JUDGED['hidden']}: {hidden}"
+        return Verdict.PASS, f"{NOT_JUDGED['hidden']}: {hidden}"
     verdict = _judge_technique(technique, case, devices, wanted, considered, practises)
     if verdict is None and _one_device(technique, case, devices, wanted):
-        return "pass", NOT_JUDGED["one device"]  # nothing is sent, nor split, to budget
+        return Verdict.PASS, NOT_JUDGED["one device"]  # nothing is sent, nor split, to budget
     if verdict is None and problem.budget is not None and how.get("limits"):
         verdict = _judge_budget(problem.budget, how["limits"], considered, how.get("grown"))
     return verdict
@@ -423,7 +454,7 @@ NOT_JUDGED = {
 """Why a passing case's technique was judged in part or not at all, as the report says."""
 
 
-def _judge_one_device(programs: list[dict[str, Any]], practises: str) -> tuple[str, str] | None:
+def _judge_one_device(programs: list[dict[str, Any]], practises: str) -> tuple[Verdict, str] | None:
     """The verdict on an answer to a problem that simulates the devices on one device.
 
     Its statement asks for no mesh and no ``jax.shard_map``: the devices are the
@@ -431,14 +462,14 @@ def _judge_one_device(programs: list[dict[str, Any]], practises: str) -> tuple[s
     """
     with_shard_map = [p for p in programs if p.get("shard_map")]
     if with_shard_map:
-        return "technique", (
+        return Verdict.TECHNIQUE, (
             "right values, but computed with jax.shard_map, where the statement asks for "
             f"the blocks sliced by hand on one device (no mesh, no jax.shard_map): {practises}"
             + _code_lines(with_shard_map)
         )
     spread = max((int(p.get("devices", 1)) for p in programs), default=1)
     if spread > 1:
-        return "technique", (
+        return Verdict.TECHNIQUE, (
             f"right values, but computed by a program over {_devices(spread)}, where the "
             "statement asks for one device (no mesh): the blocks are sliced by hand; "
             f"{practises}" + _code_lines([p for p in programs if int(p.get("devices", 1)) > 1])
@@ -457,14 +488,14 @@ def _judge_budget(
     limits: dict[str, float],
     programs: list[dict[str, Any]],
     grown: list[dict[str, Any]] | None = None,
-) -> tuple[str, str] | None:
+) -> tuple[Verdict, str] | None:
     """The verdict on what the programs an answer came from send and hold, per device.
 
     ``grown``: what each program of the answer to the budget's larger copy of the
-    case held (:func:`shard_tutorial._check_worker.held_on`), for ``"growth"``.
+    case held (:func:`shard_tutorial.checking.worker.held_on`), for ``"growth"``.
 
     Examples:
-      >>> from shard_tutorial.judge import _judge_budget
+      >>> from shard_tutorial.checking.judge import _judge_budget
       >>> from shard_tutorial.problem import Budget
       >>> budget = Budget(lambda args: {}, "keep n slots, not M")
       >>> held = lambda size: [{"memory": {"temp": size}, "held_before": 0}]
@@ -476,14 +507,14 @@ def _judge_budget(
     if "sent" in limits:
         found, sent = [], 0.0
         for program in programs:
-            # A collective in a loop counts once per iteration (compiled.sent_by).
+            # A collective in a loop counts once per iteration (collective_costs.sent_by).
             bytes_sent, collectives = sent_by(
                 str(program.get("text", "")), int(program.get("devices", 1))
             )
             sent += bytes_sent
             found += collectives
         if sent > float(limits["sent"]) * (1 + 1e-9):
-            return "budget", (
+            return Verdict.BUDGET, (
                 f"right values, but each device sends {sent:,.0f} bytes ({_listed(found)}, "
                 f"counted as ring algorithms send them), where this problem allows "
                 f"{float(limits['sent']):,.0f}: {budget.why}" + _where(programs)
@@ -492,7 +523,7 @@ def _judge_budget(
         peaks = [int(p.get("memory", {}).get("peak", 0)) for p in programs]
         peak = max(peaks, default=0)
         if peak > float(limits["peak"]):
-            return "budget", (
+            return Verdict.BUDGET, (
                 f"right values, but one device holds {peak:,} bytes at its peak (XLA's memory "
                 f"analysis of the compiled program), where this problem allows "
                 f"{float(limits['peak']):,.0f}: {budget.why}" + _where(programs)
@@ -510,7 +541,7 @@ def _judge_budget(
             besides = (
                 f", {kept:,} of them in arrays the call made earlier and still kept" if kept else ""
             )
-            return "budget", (
+            return Verdict.BUDGET, (
                 f"right values, but one device holds {held:,} bytes while a program runs "
                 f"(its arguments, outputs and temporaries, from XLA's memory analysis{besides}), "
                 f"where this problem allows {float(limits['held']):,.0f}: {budget.why}"
@@ -519,7 +550,7 @@ def _judge_budget(
     if "growth" in limits and grown:
         before, after = _most_held(programs), _most_held(grown)
         if after - before > float(limits["growth"]):
-            return "budget", (
+            return Verdict.BUDGET, (
                 f"right values, but what one device holds grows by {after - before:,} bytes "
                 f"(from {before:,} to {after:,}) on a larger copy of this case, where this "
                 f"problem allows {float(limits['growth']):,.0f}: {budget.why}"
@@ -552,7 +583,7 @@ def _judge_technique(
     wanted: int,
     programs: list[dict[str, Any]],
     practises: str,
-) -> tuple[str, str] | None:
+) -> tuple[Verdict, str] | None:
     """The verdict on the collectives (and shard_map) of the programs an answer came from."""
     found: list[Collective] = []
     for program in programs:
@@ -572,7 +603,7 @@ def _judge_technique(
             way = "by jax.jit's automatic partitioning"
         else:
             way = "with jax.numpy or jax.jit"
-        return "technique", (
+        return Verdict.TECHNIQUE, (
             f"right values, computed {way}, not with jax.shard_map: {practises}" + _where(programs)
         )
     one_device = _one_device(technique, case, devices, wanted)
@@ -582,7 +613,7 @@ def _judge_technique(
     asked_live = not (one_device or traced is not None)
     if (unused := _unused(technique, programs, shard_map_only=not asked_live)) is not None:
         asked_kinds = {kind for alternatives in technique.collectives for kind in alternatives}
-        return "technique", (
+        return Verdict.TECHNIQUE, (
             f"right values, but what {unused} computes never reaches the answer (its result "
             f"is multiplied by zero, or not used): {practises}" + _where(programs, asked_kinds)
         )
@@ -596,7 +627,7 @@ def _judge_technique(
         set(technique.primitives) & set(p.get("primitives", [])) for p in programs
     ):
         wanted_names = " or ".join(f"jax.lax.{name}" for name in technique.primitives)
-        return "technique", f"right values, but no {wanted_names}: {practises}"
+        return Verdict.TECHNIQUE, f"right values, but no {wanted_names}: {practises}"
     group = technique.group(case.args, devices) if technique.group is not None else None
     for alternatives in technique.collectives:
         matching = [c for c in explicit if c.kind in alternatives]
@@ -606,19 +637,19 @@ def _judge_technique(
             kinds = set().union(*(_PRIMITIVES_OF_KIND.get(kind, set()) for kind in alternatives))
             if any(kinds & set(p.get("primitives", [])) for p in programs):
                 continue
-            return "technique", (
+            return Verdict.TECHNIQUE, (
                 f"right values, but no {asked} in the program JAX traced ({traced}): {practises}"
                 + _where(programs)
             )
         if not matching:
             ran = _listed(found) if found else "no collective over more than one device"
-            return "technique", (
+            return Verdict.TECHNIQUE, (
                 f"right values, but no {asked} from the code inside jax.shard_map; the compiled "
                 f"program runs {ran}: {practises}" + _where(programs)
             )
         if group is not None and not any(c.group_size in {group, None} for c in matching):
             sizes = sorted({c.group_size or 0 for c in matching})
-            return "technique", (
+            return Verdict.TECHNIQUE, (
                 f"right values, but the {asked} runs over {_devices(sizes[0])}, where the "
                 f"mesh's {technique.axis!r} axis has {group}: {practises}"
             )
@@ -630,7 +661,7 @@ def _judge_technique(
                 " or ".join(KINDS_IN_WORDS.get(kind, kind) for kind in alternatives)
                 for alternatives in technique.collectives
             )
-            return "technique", (
+            return Verdict.TECHNIQUE, (
                 f"right values, but the compiled program runs {_listed(over)}"
                 + (f" where {asked} was asked" if asked else "")
                 + f": {rule.why}"
@@ -645,7 +676,7 @@ def _unused(
     """What the problem asks for that the programs run but their outputs do not use.
 
     ``primitives`` lists every operation a program traced; ``live`` those whose results
-    reach its outputs (:func:`shard_tutorial.dataflow.flow`: a product with a constant
+    reach its outputs (:func:`shard_tutorial.checking.dataflow.flow`: a product with a constant
     zero uses neither factor). Asked for: shard_map, and unless ``shard_map_only`` (a
     mesh of one device), the technique's primitives and a primitive of each kind of
     collective it names.

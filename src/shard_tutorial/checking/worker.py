@@ -1,4 +1,4 @@
-"""The process that runs a solution, for :mod:`shard_tutorial.checker`: it never judges.
+"""The process that runs a solution, for :mod:`shard_tutorial.checking.checker`: it never judges.
 
 One worker runs on one device count, which it fixes before anything else touches JAX.
 Its parent sets its limits (memory, its own session) and then writes the request, a
@@ -42,6 +42,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from shard_tutorial.checking.protocol import Answer, encode_answer
+
 MESSAGE_LIMIT = 4000  # characters of an error message kept in a report
 FRAME_LIMIT = 12  # frames of the solution's own code kept in a report
 # JAX's note that it hid its own frames: true here too, and not what a reader needs.
@@ -67,7 +69,7 @@ def library_dirs() -> tuple[Path, ...]:
     """Folders of code that is not the reader's: the stdlib, installed packages, this one."""
     paths = sysconfig.get_paths()
     dirs = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths}
-    dirs.add(str(Path(__file__).parent))
+    dirs.add(str(Path(__file__).parents[1]))  # shard_tutorial, not only its checking package
     return tuple(Path(d).resolve() for d in dirs)
 
 
@@ -88,7 +90,7 @@ def describe_exception(error: BaseException) -> str:
       (endless recursion) collapsed.
 
     Examples:
-      >>> from shard_tutorial._check_worker import describe_exception
+      >>> from shard_tutorial.checking.worker import describe_exception
       >>> print(describe_exception(SystemExit(3)))
       SystemExit: 3
       (The solution called sys.exit(): a solution returns its answer instead.)
@@ -158,7 +160,7 @@ def safe_str(value: object) -> str:
     """``str(value)``, or a stand-in where its ``__str__`` raises (the solution's own class).
 
     Examples:
-      >>> from shard_tutorial._check_worker import safe_str
+      >>> from shard_tutorial.checking.worker import safe_str
       >>> class Broken(Exception):
       ...     def __str__(self):
       ...         raise RuntimeError
@@ -224,7 +226,7 @@ def describe_output(value: object, shards: bool = False) -> tuple[dict[str, Any]
 
     Examples:
       >>> import jax.numpy as jnp
-      >>> from shard_tutorial._check_worker import describe_output
+      >>> from shard_tutorial.checking.worker import describe_output
       >>> header, values = describe_output(jnp.arange(3.0))
       >>> header
       {'kind': 'jax.Array', 'dtype': 'float32', 'shape': [3], 'split': [1], 'devices': 1}
@@ -351,7 +353,7 @@ def answer(
 ) -> tuple[dict[str, Any], bytes]:
     """Call ``solution(*args)`` once and describe what it returned and how it was made.
 
-    The call is recorded (:func:`shard_tutorial.recording.record`): the values and
+    The call is recorded (:func:`shard_tutorial.checking.recording.record`): the values and
     the programs that made them come from this one call, so code that behaves one
     way for the values and another for an inspection cannot tell them apart.
 
@@ -360,7 +362,7 @@ def answer(
       args: its arguments, laid out as the problem's contract says they arrive.
       shards: describe a ``jax.Array`` by the shards this process holds (a
         process of a cluster).
-      record: :func:`shard_tutorial.recording.record`, as the worker bound it
+      record: :func:`shard_tutorial.checking.recording.record`, as the worker bound it
         before the solution's file ran (so the file cannot swap it); None: that
         function.
       intact: says whether the recorder's hooks in JAX are still in place, bound
@@ -369,14 +371,14 @@ def answer(
         :func:`describe_exception`, bound as ``record`` is; None: this module's.
 
     Returns:
-      The event to report (``"output"`` with the output's header and, under
-      ``"how"``, how it was made: see :func:`describe_lineage`; or ``"raised"``),
-      and its bytes: the output's values, then the candidates' (``"how_nbytes"``
-      of them).
+      The event to report and its bytes: an :class:`~shard_tutorial.checking.protocol.Answer`
+      as :func:`~shard_tutorial.checking.protocol.encode_answer` sends it (the output's
+      header and, under ``"how"``, how it was made: see :func:`describe_lineage`), or
+      ``"raised"``, with no bytes.
 
     Examples:
       >>> import jax.numpy as jnp
-      >>> from shard_tutorial._check_worker import answer
+      >>> from shard_tutorial.checking.worker import answer
       >>> event, payload = answer(lambda x: x * 2, (jnp.arange(3.0),))
       >>> event["event"], event["output"]["shape"], [p["devices"] for p in event["how"]["programs"]]
       ('output', [3], [1])
@@ -387,7 +389,7 @@ def answer(
 
     describe, lineage, explain = helpers or (describe_output, describe_lineage, describe_exception)
     if record is None:
-        from shard_tutorial.recording import record as recorder  # noqa: PLC0415 (after JAX)
+        from shard_tutorial.checking.recording import record as recorder  # noqa: PLC0415 (after JAX)
     else:
         recorder = record
     # The arrays that exist before the call (the arguments, the file's own constants): an
@@ -420,20 +422,13 @@ def answer(
         how, extra = {"error": explain(error).splitlines()[0]}, b""
     if intact is not None and not intact():
         how["intact"] = False
-    event = {
-        "event": "output",
-        "output": header,
-        "how": how,
-        "how_nbytes": len(extra),
-        "seconds": round(seconds, 3),
-    }
-    return event, payload + extra
+    return encode_answer(Answer(header, payload, how, extra, round(seconds, 3)))
 
 
 LINES = 8  # the reader's lines a program's operations came from, sent for the verdicts
 CANDIDATES = 8  # arrays shaped like an output sent per output, to find where the answer was made
 CANDIDATE_BYTES = 8 * 2**20  # at most this many bytes each
-# Past those, a digest of each array's values (problem.fingerprint): no flood of arrays
+# Past those, a digest of each array's values (digest.fingerprint): no flood of arrays
 # shaped like the output, before or after it, hides the one the answer is a copy of.
 FINGERPRINTS = 512
 TEXT_LIMIT = 200_000  # characters of a program's communication lines sent
@@ -475,9 +470,9 @@ def describe_lineage(
     import jax  # noqa: PLC0415
     import numpy as np  # noqa: PLC0415
 
+    from shard_tutorial.checking.digest import fingerprint  # noqa: PLC0415
+    from shard_tutorial.checking.recording import Copy  # noqa: PLC0415
     from shard_tutorial.compiled import communication_lines  # noqa: PLC0415
-    from shard_tutorial.problem import fingerprint  # noqa: PLC0415
-    from shard_tutorial.recording import Copy  # noqa: PLC0415
 
     lineage = recording.lineage(received, args, earlier=earlier)
     programs = []
@@ -577,7 +572,7 @@ def held_on(
 
     Examples:
       >>> import jax.numpy as jnp
-      >>> from shard_tutorial._check_worker import answer, held_on
+      >>> from shard_tutorial.checking.worker import answer, held_on
       >>> [sorted(p) for p in held_on(answer, jnp.sin, (jnp.ones(4),))]
       [['held_before', 'lines', 'memory']]
     """
@@ -608,9 +603,9 @@ def _join_cluster(cluster: dict[str, Any]) -> None:
     """Join the cluster the checker started this process in (JAX's runtime, gloo)."""
     import jax  # noqa: PLC0415
 
-    from shard_tutorial.launcher import _die_with_launcher  # noqa: PLC0415
+    from shard_tutorial.processes import die_with  # noqa: PLC0415
 
-    _die_with_launcher(cluster["parent"])
+    die_with(cluster["parent"])
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(
         coordinator_address=cluster["coordinator"],
@@ -640,9 +635,9 @@ def main() -> int:
             data = data[write(channel, data) :]
 
     if request.get("parent"):  # killed with the checker, even if it is killed with SIGKILL
-        from shard_tutorial.launcher import _die_with_launcher  # noqa: PLC0415
+        from shard_tutorial.processes import die_with  # noqa: PLC0415
 
-        _die_with_launcher(int(request["parent"]))
+        die_with(int(request["parent"]))
     from shard_tutorial.devices import use_cpu_devices  # noqa: PLC0415 (before JAX starts)
 
     use_cpu_devices(request["devices"])
@@ -681,7 +676,7 @@ def main() -> int:
     # Bound now, before the solution's file runs: what the loop calls, the recorder and
     # its hooks in JAX (installed now), so that the file cannot swap them (and if it
     # replaces the hooks in JAX, the recording says so).
-    from shard_tutorial import recording  # noqa: PLC0415
+    from shard_tutorial.checking import recording  # noqa: PLC0415
 
     run_case = functools.partial(
         answer,

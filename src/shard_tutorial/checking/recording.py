@@ -9,7 +9,7 @@ out. :meth:`Recording.lineage` then walks back from the result to what it was ma
 from: the programs it depends on, and the copies from the host that fed them.
 Programs whose results were thrown away are not in it.
 
-This is how the checker (:mod:`shard_tutorial.judge`) sees how a solution computed
+This is how the checker (:mod:`shard_tutorial.checking.judge`) sees how a solution computed
 its answer, from the very call that produced the values it judges, and how a page
 can show what an eager, op-by-op computation ran.
 
@@ -39,7 +39,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from shard_tutorial.dataflow import Flow, flow
+from shard_tutorial.checking import jax_internals as internals
+from shard_tutorial.checking.dataflow import Flow, flow
 
 __all__ = ["Copy", "Lineage", "Recording", "Run", "record"]
 
@@ -67,7 +68,7 @@ class Run:
         ``alias`` (outputs that reuse an argument's buffer) and ``peak`` (the
         most held at once); empty when the backend does not say.
       live: the primitives whose results reach the program's outputs (not those
-        only multiplied by zero, say: :func:`shard_tutorial.dataflow.flow`); None
+        only multiplied by zero, say: :func:`shard_tutorial.checking.dataflow.flow`); None
         when the program could not be read so, and every primitive counts.
       live_inputs: for each input, whether an output depends on it; None when the
         program could not be read so, and every input counts.
@@ -128,7 +129,7 @@ def _not_the_readers() -> tuple[str, ...]:
     """Where JAX, jaxlib, this package and the installed libraries live."""
     import jaxlib  # noqa: PLC0415
 
-    folders = [jax.__file__, jaxlib.__file__, __file__]
+    folders = [jax.__file__, jaxlib.__file__, str(Path(__file__).parent)]  # shard_tutorial/*
     return (
         *(str(Path(f).resolve().parent) + os.sep for f in folders),
         "site-packages",
@@ -144,7 +145,7 @@ def _readers_line() -> tuple[str, int] | None:
     package (a solution file, a notebook cell, a script); None if the stack has none.
 
     Examples:
-      >>> from shard_tutorial.recording import _readers_line
+      >>> from shard_tutorial.checking.recording import _readers_line
       >>> _readers_line()[1] > 0  # this doctest's own line
       True
     """
@@ -232,7 +233,7 @@ class Recording:
 
         Examples:
           >>> import jax.numpy as jnp
-          >>> from shard_tutorial.recording import record, _key
+          >>> from shard_tutorial.checking.recording import record, _key
           >>> outside = jnp.ones(3)  # made before the recording: not in existed here
           >>> with record() as recording:
           ...     inside = outside + 1
@@ -268,7 +269,7 @@ class Recording:
 
         Examples:
           >>> import jax, jax.numpy as jnp
-          >>> from shard_tutorial.recording import record
+          >>> from shard_tutorial.checking.recording import record
           >>> before = jax.live_arrays()  # kept alive: no later array can reuse an id
           >>> with record() as recording:
           ...     recording.earlier = frozenset(id(a) for a in before)
@@ -340,7 +341,7 @@ class Recording:
 
         Examples:
           >>> import jax.numpy as jnp
-          >>> from shard_tutorial.recording import record
+          >>> from shard_tutorial.checking.recording import record
           >>> x = jnp.arange(4.0)
           >>> with record() as recording:
           ...     thrown_away = jnp.cos(x)
@@ -414,7 +415,7 @@ def record() -> Iterator[Recording]:
     Examples:
       >>> import jax
       >>> import jax.numpy as jnp
-      >>> from shard_tutorial.recording import record
+      >>> from shard_tutorial.checking.recording import record
       >>> x = jnp.ones(3)
       >>> with record() as recording:
       ...     y = jax.jit(lambda v: v.sum())(x)
@@ -459,7 +460,7 @@ def _placement_copy(
 
     Examples:
       >>> import jax.numpy as jnp
-      >>> from shard_tutorial.recording import _placement_copy
+      >>> from shard_tutorial.checking.recording import _placement_copy
       >>> x = jnp.ones(4)
       >>> _placement_copy(frozenset({"broadcast_in_dim", "shard_map"}), [x], [x[None]])
       True
@@ -569,7 +570,7 @@ def _key(array: Any) -> int:
 
     Examples:
       >>> import jax
-      >>> from shard_tutorial.recording import _key
+      >>> from shard_tutorial.checking.recording import _key
       >>> key = jax.random.key(0)
       >>> _key(key) == id(jax.random.key_data(key)) != id(key)
       True
@@ -585,8 +586,7 @@ def _primitives(
     jaxpr: Any,
 ) -> tuple[frozenset[str], frozenset[str], tuple[tuple[str, int], ...]]:
     """A traced program's primitive names (nested programs included), files and lines."""
-    from jax._src import source_info_util  # noqa: PLC0415
-
+    user_frame, user_frames = internals.USER_FRAME.get(), internals.USER_FRAMES.get()
     found: set[str] = set()
     files: set[str] = set()
     lines: dict[tuple[str, int], None] = {}  # in order, once each
@@ -595,13 +595,13 @@ def _primitives(
         inner = pending.pop()
         for equation in getattr(inner, "eqns", ()):
             found.add(equation.primitive.name)
-            frame = source_info_util.user_frame(equation.source_info.traceback)
+            frame = user_frame(equation.source_info.traceback)
             if frame is not None:
                 files.add(frame.file_name)
                 # The reader's own line: past a library's (flax's layer) to the code
                 # that called it.
                 theirs = _not_the_readers()
-                for outer in source_info_util.user_frames(equation.source_info.traceback):
+                for outer in user_frames(equation.source_info.traceback):
                     if not any(part in outer.file_name for part in theirs):
                         lines[(outer.file_name, int(outer.start_line))] = None
                         break
@@ -648,23 +648,20 @@ class _Hooks:
     """The recorder's hooks in JAX, installed once per process and left in place.
 
     Outside :func:`record` they only pass calls on (and keep JAX's C++ fast path
-    off, which costs microseconds per call).
+    off, which costs microseconds per call). What they replace, and why no public
+    API would do, is :mod:`shard_tutorial.checking.jax_internals`' table.
     """
 
     _installed: _Hooks | None = None
 
     def __init__(self) -> None:
-        from jax._src import dispatch, pjit  # noqa: PLC0415 (JAX's internals: see below)
-
         # Every jit program JAX runs (eager operations included, each a small jit
-        # program) passes through pjit._pjit_call_impl_python once the C++ fast path
-        # is off (_get_fastpath_data returning None keeps it off); every
+        # program) passes through internals.PJIT_CALL once the C++ fast path is off
+        # (internals.FAST_PATH_DATA returning None keeps it off); every
         # jax.device_put, and every transfer from the host, through
-        # dispatch._batched_device_put_impl. Both are module attributes looked up at
-        # each call, in jax 0.10 and 0.12 alike.
-        self.pjit, self.dispatch = pjit, dispatch
-        self.call_impl: Callable[..., Any] = pjit._pjit_call_impl_python
-        self.put_impl: Callable[..., Any] = dispatch._batched_device_put_impl
+        # internals.DEVICE_PUT. See that module for each one.
+        self.call_impl: Callable[..., Any] = internals.PJIT_CALL.get()
+        self.put_impl: Callable[..., Any] = internals.DEVICE_PUT.get()
         hooks = self
         # What was read of each compiled program once:
         # (program, text, memory, primitives, files, lines, flow).
@@ -747,7 +744,7 @@ class _Hooks:
                     )
             return outputs
 
-        fast_path_data = pjit._get_fastpath_data
+        fast_path_data = internals.FAST_PATH_DATA.get()
 
         def no_fast_path(*args: Any, **kwargs: Any) -> Any:
             # While recording, no call is put on the C++ fast path, so every call comes
@@ -759,11 +756,8 @@ class _Hooks:
         # An array put together from host data (make_array_from_callback: each device's
         # block read from the host) or from arrays on single devices is a copy too,
         # made in jax._src.array and exported as jax's own attributes: both are hooked.
-        from jax._src import array as array_module  # noqa: PLC0415 (JAX's internals)
-
-        self.arrays = array_module
-        self.from_callback = array_module.make_array_from_callback
-        self.from_blocks = array_module.make_array_from_single_device_arrays
+        self.from_callback = internals.FROM_CALLBACK.get()
+        self.from_blocks = internals.FROM_BLOCKS.get()
 
         def from_callback_and_record(*args: Any, **kwargs: Any) -> Any:
             recording = _current()
@@ -815,12 +809,19 @@ class _Hooks:
         self.from_callback_and_record = from_callback_and_record
         self.from_blocks_and_record = from_blocks_and_record
         self.no_fast_path = no_fast_path
-        pjit._pjit_call_impl_python = run_and_record
-        pjit._get_fastpath_data = no_fast_path
-        dispatch._batched_device_put_impl = put_and_record
-        for module in (array_module, jax):
-            module.make_array_from_callback = from_callback_and_record  # type: ignore[attr-defined]
-            module.make_array_from_single_device_arrays = from_blocks_and_record  # type: ignore[attr-defined]
+        # Each patched internal and what replaces it (intact() compares the two).
+        self.replacements: dict[internals.Internal, Callable[..., Any]] = {
+            internals.PJIT_CALL: run_and_record,
+            internals.FAST_PATH_DATA: no_fast_path,
+            internals.DEVICE_PUT: put_and_record,
+            internals.FROM_CALLBACK: from_callback_and_record,
+            internals.FROM_CALLBACK_EXPORTED: from_callback_and_record,
+            internals.FROM_BLOCKS: from_blocks_and_record,
+            internals.FROM_BLOCKS_EXPORTED: from_blocks_and_record,
+        }
+        assert set(self.replacements) == set(internals.PATCHED)
+        for internal, replacement in self.replacements.items():
+            internal.set(replacement)
 
     def leave_fast_path(self) -> None:
         """Take every program off JAX's C++ fast path, so its next call comes back here.
@@ -829,11 +830,9 @@ class _Hooks:
         it without returning to Python: unseen. Only the fast path's entries are
         dropped, not what JAX compiled, so the next call costs a lookup, not a compile.
         """
-        from jax._src.lib import _jax  # noqa: PLC0415 (JAX's internals, as above)
-
-        self.pjit._cpp_pjit_cache_fun_only.clear()
-        self.pjit._cpp_pjit_cache_explicit_attributes.clear()
-        _jax.PjitFunctionCache.clear_all()
+        internals.PJIT_CACHE_FUN_ONLY.get().clear()
+        internals.PJIT_CACHE_EXPLICIT.get().clear()
+        internals.PJIT_FUNCTION_CACHE.get().clear_all()
 
     @classmethod
     def install(cls) -> _Hooks:
@@ -844,13 +843,6 @@ class _Hooks:
 
     def intact(self) -> bool:
         """Whether the hooks are still the ones installed (nothing replaced them)."""
-        return (
-            self.pjit._pjit_call_impl_python is self.run_and_record
-            and self.pjit._get_fastpath_data is self.no_fast_path
-            and self.dispatch._batched_device_put_impl is self.put_and_record
-            and all(
-                module.make_array_from_callback is self.from_callback_and_record
-                and module.make_array_from_single_device_arrays is self.from_blocks_and_record
-                for module in (self.arrays, jax)
-            )
+        return all(
+            internal.get(None) is replacement for internal, replacement in self.replacements.items()
         )
