@@ -203,9 +203,9 @@ def _jax_env() -> dict[str, str]:
     checker's workers, the other pytest worker, a page's kernel) is read back instead:
     every check of a reference on a page, say, is a check the tests ran already. A
     program read back prints the same HLO and memory analysis (compared on both
-    stacks; only the order of its table of source locations differs), and a 2-process
-    cluster's programs get keys of their own (one program compiled for one process and
-    for a cluster: two entries).
+    stacks; only the order of its table of source locations differs). The processes of
+    a cluster leave it off (shard_tutorial.devices.join_cpu_cluster: with jax 0.12.1 a
+    cluster's program read back from it hangs in its first collective).
 
     The cache has no size limit: a limit turns on eviction, which reads every entry's
     access time on every write (a run's thousands of programs took minutes each of

@@ -14,7 +14,7 @@ import jax
 
 from shard_tutorial.validation import require_count
 
-__all__ = ["use_cpu_devices"]
+__all__ = ["join_cpu_cluster", "use_cpu_devices"]
 
 
 def use_cpu_devices(count: int) -> None:
@@ -68,3 +68,34 @@ def use_cpu_devices(count: int) -> None:
             "process (restart the notebook kernel)."
         )
         raise RuntimeError(msg) from None
+
+
+def join_cpu_cluster(coordinator: str, processes: int, process: int) -> None:
+    """Join JAX's distributed runtime as process ``process`` of a CPU cluster (gloo collectives).
+
+    What every process of a cluster on this machine runs, the launcher's scripts
+    (:func:`shard_tutorial.join_cluster`) and the checker's workers alike, after
+    :func:`use_cpu_devices` and before any JAX operation. It also turns JAX's
+    persistent compilation cache off in this process: with jax 0.12.1, a
+    2-process cluster whose program was read back from the cache hangs in its
+    first collective (the program compiled afresh runs; measured with
+    ``shard_map_psum``, and a clean run of ``nox -s distributed`` hung in every
+    test that launched the same script a second time). A cluster's programs have
+    keys of their own, so the cache seldom had one to give back.
+
+    Args:
+      coordinator: ``host:port`` of process 0's coordinator.
+      processes: how many processes the cluster has.
+      process: this process' index, from 0.
+
+    Examples:
+      The launcher's scripts call it through :func:`shard_tutorial.join_cluster`;
+      alone, a cluster of one process joins at once::
+
+          >>> join_cpu_cluster("127.0.0.1:12345", 1, 0)  # doctest: +SKIP
+    """
+    jax.config.update("jax_enable_compilation_cache", False)
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(
+        coordinator_address=coordinator, num_processes=processes, process_id=process
+    )

@@ -309,7 +309,7 @@ def join_cluster(devices: int | None = None) -> bool:
     """
     import jax  # noqa: PLC0415 (the launcher's parent process needs no JAX)
 
-    from shard_tutorial.devices import use_cpu_devices  # noqa: PLC0415
+    from shard_tutorial.devices import join_cpu_cluster, use_cpu_devices  # noqa: PLC0415
 
     if COORDINATOR not in os.environ:
         if devices is not None:
@@ -320,11 +320,8 @@ def join_cluster(devices: int | None = None) -> bool:
     die_with(int(os.environ[LAUNCHER_PID]))
     _filter_native_stdout()
     use_cpu_devices(int(os.environ[DEVICES_PER_PROCESS]))
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(
-        coordinator_address=os.environ[COORDINATOR],
-        num_processes=int(os.environ[NUM_PROCESSES]),
-        process_id=int(os.environ[PROCESS_ID]),
+    join_cpu_cluster(
+        os.environ[COORDINATOR], int(os.environ[NUM_PROCESSES]), int(os.environ[PROCESS_ID])
     )
     return True
 

@@ -73,6 +73,20 @@ for step in range(600):
 """
 
 
+def test_a_script_launched_again_runs_with_jaxs_persistent_cache_on(script, tagged_env, tmp_path):
+    # The second launch would read the cluster's programs back from the cache: with jax
+    # 0.12.1 they hung in their first collective, so every process of a cluster turns the
+    # cache off (shard_tutorial.devices.join_cpu_cluster). Both launches must finish.
+    path = script(PSUM_SCRIPT)
+    env = {**tagged_env, "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "cache"),
+           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+           "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}  # fmt: skip
+    for _ in range(2):
+        result = launch(path, processes=2, devices_per_process=4, timeout=60, env=env)
+        assert result.returncode == 0, result.failure
+        assert [p.output.strip() for p in result.processes] == ["496", "496"]
+
+
 def test_a_killed_process_stops_the_others_and_is_named(script, tagged_env):
     result = launch(
         script(STEPS_SCRIPT), processes=2, devices_per_process=4, grace=1, env=tagged_env

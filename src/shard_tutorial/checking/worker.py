@@ -601,17 +601,11 @@ def _resolve(name: str) -> Any:
 
 def _join_cluster(cluster: dict[str, Any]) -> None:
     """Join the cluster the checker started this process in (JAX's runtime, gloo)."""
-    import jax  # noqa: PLC0415
-
+    from shard_tutorial.devices import join_cpu_cluster  # noqa: PLC0415
     from shard_tutorial.processes import die_with  # noqa: PLC0415
 
     die_with(cluster["parent"])
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(
-        coordinator_address=cluster["coordinator"],
-        num_processes=cluster["processes"],
-        process_id=cluster["process"],
-    )
+    join_cpu_cluster(cluster["coordinator"], cluster["processes"], cluster["process"])
 
 
 def main() -> int:
