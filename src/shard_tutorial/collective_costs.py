@@ -25,6 +25,7 @@ __all__ = [
     "ring_bytes",
     "sent_by",
     "traffic",
+    "uncounted",
 ]
 
 Algorithm = Literal["direct", "ring", "bidirectional ring"]
@@ -203,6 +204,41 @@ def sent_by(program: str, devices: int) -> tuple[float, list[Collective]]:
             found.extend([collective] * (runs or 1))
             sent += (runs or 1) * ring_bytes(collective, devices)
     return sent, found
+
+
+def uncounted(program: str, devices: int) -> list[Collective]:
+    r"""The collectives over several devices that run in a loop XLA gives no trip count.
+
+    A ``while`` loop whose condition reads values the program computes runs a number
+    of times no one can know from the program's text: :func:`sent_by` counts each
+    collective in it once, which may be far fewer times than it runs.
+
+    Args:
+      program: the program's text (whole, or its communication lines).
+      devices: how many devices it runs on (for collectives that name no groups).
+
+    Returns:
+      Those collectives, in program order (empty when every loop has a known count).
+
+    Examples:
+      >>> from shard_tutorial.collective_costs import uncounted
+      >>> program = "\n".join([
+      ...     "%body (p: f32[2]) -> f32[2] {",
+      ...     "  ROOT %ar = f32[2]{0} all-reduce(%p), replica_groups={{0,1}}, to_apply=%add",
+      ...     "}",
+      ...     "ENTRY %main (x: f32[2]) -> f32[2] {",
+      ...     "  ROOT %w = f32[2]{0} while(%x), condition=%cond, body=%body",
+      ...     "}",
+      ... ])
+      >>> known = 'body=%body, backend_config={"known_trip_count":{"n":"3"}}'
+      >>> [c.kind for c in uncounted(program, 2)], uncounted(program.replace("body=%body", known), 2)
+      (['all-reduce'], [])
+    """
+    return [
+        collective
+        for collective, runs in parse_runs(program)
+        if runs is None and (collective.group_size or devices) > 1
+    ]
 
 
 def ring_bytes(collective: Collective, devices: int | None = None) -> float:

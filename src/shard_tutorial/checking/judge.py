@@ -37,7 +37,7 @@ from shard_tutorial.checking.assembly import Disagree, array, combine, items, ow
 from shard_tutorial.checking.digest import fingerprint
 from shard_tutorial.checking.protocol import Answer, Verdict
 from shard_tutorial.checking.report import RAN, RAN_NO_COLLECTIVE, explained
-from shard_tutorial.collective_costs import sent_by
+from shard_tutorial.collective_costs import sent_by, uncounted
 from shard_tutorial.compiled import Collective, Frame, host_callbacks, parse_collectives
 from shard_tutorial.problem import (
     KINDS_IN_WORDS,
@@ -505,6 +505,21 @@ def _judge_budget(
       right values, but what one device holds grows by 4,000 bytes (from 5,000 to 9,000) on a larger copy of this case, where this problem allows 1,000: keep n slots, not M
     """
     if "sent" in limits:
+        loose = [
+            c for p in programs for c in uncounted(str(p.get("text", "")), int(p.get("devices", 1)))
+        ]
+        if loose:
+            # Counted once, a collective in such a loop could send any number of times
+            # the budget: what cannot be counted is not credited.
+            return Verdict.BUDGET, (
+                f"right values, but {_listed(loose)} "
+                f"{'runs' if len(loose) == 1 else 'run'} inside a loop whose number of "
+                "iterations XLA cannot know (a while_loop whose condition reads values the "
+                "program computes), so the checker cannot count the bytes each device sends, "
+                f"where this problem allows {float(limits['sent']):,.0f}: loop a number of "
+                "times known when the program is traced (jax.lax.fori_loop or jax.lax.scan "
+                f"with Python int bounds, or a Python loop); {budget.why}" + _where(programs)
+            )
         found, sent = [], 0.0
         for program in programs:
             # A collective in a loop counts once per iteration (collective_costs.sent_by).
