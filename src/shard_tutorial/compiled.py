@@ -32,6 +32,7 @@ __all__ = [
     "group_size",
     "host_callbacks",
     "memory",
+    "memory_of",
     "neighbours",
     "num_devices",
     "parse_collectives",
@@ -425,7 +426,24 @@ def memory(f: Callable[..., Any], *args: Any) -> dict[str, int]:
       >>> found["argument"], found["output"]  # 16 bytes in; 16 + 4 out, 2 tuple entries
       (16, 36)
     """
-    analysis = jax.jit(f).lower(*args).compile().memory_analysis()
+    return memory_of(jax.jit(f).lower(*args).compile().memory_analysis())
+
+
+def memory_of(analysis: Any) -> dict[str, int]:
+    """The figures of :func:`memory` from XLA's memory statistics of a compiled program.
+
+    Args:
+      analysis: what ``compiled.memory_analysis()`` returns (its fields
+        ``argument_size_in_bytes`` and the like; a missing one reads as 0).
+
+    Returns:
+      ``{"argument", "output", "temp", "alias", "peak"}``, in bytes.
+
+    Examples:
+      >>> import types
+      >>> memory_of(types.SimpleNamespace(argument_size_in_bytes=16))["argument"]
+      16
+    """
     fields = {
         "argument": "argument_size_in_bytes",
         "output": "output_size_in_bytes",

@@ -41,6 +41,7 @@ import numpy as np
 
 from shard_tutorial.checking import jax_internals as internals
 from shard_tutorial.checking.dataflow import Flow, flow
+from shard_tutorial.compiled import memory_of
 
 __all__ = ["Copy", "Lineage", "Recording", "Run", "record"]
 
@@ -628,14 +629,7 @@ def _memory(compiled: Any) -> dict[str, int]:
         stats = compiled.xla_extension_executable().get_compiled_memory_stats()
     except Exception:  # noqa: BLE001 (a backend without the analysis: nothing to read)
         return {}
-    fields = {
-        "argument": "argument_size_in_bytes",
-        "output": "output_size_in_bytes",
-        "temp": "temp_size_in_bytes",
-        "alias": "alias_size_in_bytes",
-        "peak": "peak_memory_in_bytes",
-    }
-    return {key: int(getattr(stats, name, 0) or 0) for key, name in fields.items()}
+    return memory_of(stats)
 
 
 def _device_count(text: str) -> int:
