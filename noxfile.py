@@ -251,7 +251,8 @@ def browser(session: nox.Session) -> None:
     chromium = _chromium(session)
     _install(session, "docs", "test", "browser")
     session.run(
-        "pytest", "docs/tests/browser", *WORKERS, *session.posargs, env={"CHROMIUM": chromium}
+        "pytest", "docs/tests/browser", *WORKERS, *_timed(session, "all"), *session.posargs,
+        env={"CHROMIUM": chromium},
     )  # fmt: skip
 
 
