@@ -18,17 +18,19 @@ nox.needs_version = ">=2026.10.20"  # sessions in parallel (`nox --parallel`)
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_existing_virtualenvs = True
 # nox runs four sessions at once (`nox -j 1` runs one at a time), in the order they
-# are defined here: the three test sessions and `docs` first; `browser`, then `site`,
-# once `docs` has built the site; `distributed`, whose tests wait for clusters much of
-# their time; the short sessions fill the gaps. Building the site, then auditing it in
-# Chromium, is the longest chain of sessions that must wait for each other, so the work
-# that nothing waits for and that no clock can fail (the in-process test passes and
-# lint) runs at a lower CPU priority (`nice`, see _in_background): it takes
-# the cores whenever the chain waits or cannot use both, and the run ends when the CPU
-# work is done rather than when the chain is. (A CI run with three at once and no
-# priorities used 35 of the 44 CPU-minutes its 22 minutes offered, the last 8 minutes
-# one session's alone.) Each session spends part of its time waiting (for processes to
-# start JAX, for a hang to be stopped, for a cluster to join, for the package index).
+# are defined here, each as soon as a place is free and what it requires has run.
+# Building the site, then auditing it in Chromium (`docs`, then `browser`), is the
+# longest chain of sessions that must wait for each other, so it starts first beside
+# work that nothing waits for and that no clock can fail: the three in-process test
+# passes (the two `tests` and `tests_newest`), which run at a lower CPU priority
+# (`nice`, see _in_background) and take the cores whenever the chain waits or cannot
+# use both. The sessions whose processes have deadlines (the checker's, a cluster's)
+# run at the normal priority, after those (`processes`, `distributed`), with the short
+# sessions. Measured on 2 cores: three at once and no priorities, 1328 s, the site's
+# chain 1095 s of it and the last 8 minutes one session's alone; four at once with the
+# test passes niced, 1107 s, the chain (slowed by the process tests beside `docs`)
+# all of it. Each session spends part of its time waiting (for processes to start JAX,
+# for a hang to be stopped, for a cluster to join, for the package index).
 nox.options.parallel = 4
 nox.options.allow_parallel = True
 
@@ -149,9 +151,9 @@ PAGE_MODELS = [
 def tests(session: nox.Session) -> None:
     """Run the in-process test suite at 8 devices; on the oldest stack, its process tests too.
 
-    The newest stack's other passes (1 device, and the tests that start processes) are
-    the session `tests_newest`, so that nox runs them beside this one: the 8-device
-    pass alone is CI's longest piece of work. The oldest runs what can differ with
+    The newest stack's other passes are sessions of their own, so that nox runs them
+    beside this one (the 8-device pass alone is CI's longest piece of work): at 1
+    device, `tests_newest`; the tests that start processes, `processes`. The oldest runs what can differ with
     JAX's version: the in-process tests at 8 devices (where the stacks' programs and
     collectives differ) but the pages' models, the reference tests that hold no
     version's behaviour (ORACLE_ONLY) and the checker's tests of one problem beyond the
@@ -266,11 +268,8 @@ def docs(session: nox.Session) -> None:
 
 @nox.session(python=TEST_PYTHONS[-1])
 def tests_newest(session: nox.Session) -> None:
-    """Run the newest stack's in-process tests at 1 device, then the tests that start processes.
+    """Run the newest stack's in-process tests at 1 device.
 
-    A test marked `subprocesses` runs its work in processes that choose their own
-    device counts (the checker's workers run 1 and 8 devices whatever this process
-    has), so --devices cannot change its outcome: it runs once, not once per count.
     The pages' models are tested at 8 devices only, as the pages run them (`tests`);
     the references' tests against NumPy (ORACLE_ONLY) too: on 1 device every
     reference is checked against its oracle on every case by the docs build's checks.
@@ -284,8 +283,6 @@ def tests_newest(session: nox.Session) -> None:
         *_timed(session, "devices1"),
         *session.posargs, success_codes=codes, env=_jax_env(),
     )  # fmt: skip
-    # The multi-process tests have their own session, `distributed`.
-    _process_tests(session, "subprocesses and not distributed and not oldest", codes)
 
 
 @nox.session(python=DOCS_PYTHON, requires=["docs"])
@@ -343,6 +340,22 @@ def site(session: nox.Session) -> None:
         "--ignore=docs/tests/test_execution_cache.py", *WORKERS, *_timed(session, "all"),
         *session.posargs, env=_jax_env(),
     )  # fmt: skip
+
+
+@nox.session(python=TEST_PYTHONS[-1])
+def processes(session: nox.Session) -> None:
+    """Run the newest stack's tests that start processes: the checker's, at its own counts.
+
+    A test marked `subprocesses` runs its work in processes that choose their own
+    device counts (the checker's workers run 1 and 8 devices whatever this process
+    has), so --devices cannot change its outcome: it runs once, not once per count.
+    A session of its own, at the normal CPU priority (its checks have deadlines), and
+    defined after `browser` and `site`, so that it does not start beside `docs`. The
+    multi-process tests have their own session, `distributed`.
+    """
+    _install(session, "test")
+    codes = [0, 5] if session.posargs else [0]
+    _process_tests(session, "subprocesses and not distributed and not oldest", codes)
 
 
 @nox.session(python=DOCS_PYTHON)
