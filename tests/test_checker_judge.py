@@ -49,8 +49,7 @@ def test_each_reference_runs_the_collectives_its_problem_asks_for(name, device_c
             break
         if any(np.size(a) == 0 for a in case.args if isinstance(a, np.ndarray)):
             continue  # nothing to split: nothing is asked for
-        event, _ = answer(problem.reference, problem.arranged(case))
-        programs = event["how"]["programs"]
+        programs = decode_answer(*answer(problem.reference, problem.arranged(case))).how.programs
         wanted = math.prod(problem.mesh_shape(case, device_count))
         verdict = _judge_technique(
             problem.technique, case, device_count, wanted, programs, "practises"
