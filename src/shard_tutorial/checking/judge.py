@@ -1,9 +1,11 @@
 """Judge what a solution returned: its values, then how and where it computed them.
 
 The judge runs in the checker's own process, where the solution's code never ran,
-and holds the problem's oracle. It reads only plain data a worker sent
-(:func:`shard_tutorial.checking.worker.answer`): the output's values and layout, and
-how the output was made, recorded during the very call that returned it: the XLA
+and holds the problem's oracle. It reads only what a worker reported
+(:func:`shard_tutorial.checking.worker.answer`), decoded into the records of
+:mod:`shard_tutorial.checking.protocol`: the output's values and layout, and
+how the output was made (a :class:`~shard_tutorial.checking.protocol.How`),
+recorded during the very call that returned it: the XLA
 programs it depends on (their collectives, read by :mod:`shard_tutorial.compiled`,
 and their device counts), copies from the host, and earlier arrays shaped like the
 answer. In order:

@@ -123,7 +123,13 @@ class Held:
     lines: tuple[Line, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        """This record as JSON-ready data (for :func:`encode_answer`)."""
+        """This record as JSON-ready data (for :func:`encode_answer`).
+
+        Examples:
+          >>> from shard_tutorial.checking.protocol import Held
+          >>> Held({"peak": 8}, 4).to_json()
+          {'memory': {'peak': 8}, 'held_before': 4, 'lines': []}
+        """
         return {
             "memory": dict(self.memory),
             "held_before": self.held_before,
@@ -132,7 +138,16 @@ class Held:
 
     @classmethod
     def from_json(cls, data: object) -> Held:
-        """The record :meth:`to_json` made; ValueError if ``data`` is not one."""
+        """The record :meth:`to_json` made; ValueError if ``data`` is not one.
+
+        Examples:
+          >>> from shard_tutorial.checking.protocol import Held
+          >>> Held.from_json({"memory": {"peak": 8}, "held_before": 4, "lines": [["a.py", 2]]})
+          Held(memory={'peak': 8}, held_before=4, lines=(('a.py', 2),))
+          >>> Held.from_json({"memory": {"peak": "8"}, "held_before": 4, "lines": []})
+          Traceback (most recent call last):
+          ValueError: a number of bytes that is not an int
+        """
         found = _object(data)
         return cls(_memory(found), _int(found, "held_before"), _lines(found))
 
@@ -177,11 +192,24 @@ class Program:
     text: str = ""
 
     def held(self) -> Held:
-        """What one device held while this program ran."""
+        """What one device held while this program ran.
+
+        Examples:
+          >>> from shard_tutorial.checking.protocol import Program
+          >>> Program(0, 8, memory={"temp": 64}, held_before=16).held()
+          Held(memory={'temp': 64}, held_before=16, lines=())
+        """
         return Held(self.memory, self.held_before, self.lines)
 
     def to_json(self) -> dict[str, Any]:
-        """This program as JSON-ready data (for :func:`encode_answer`)."""
+        """This program as JSON-ready data (for :func:`encode_answer`).
+
+        Examples:
+          >>> from shard_tutorial.checking.protocol import Program
+          >>> data = Program(2, 8, True, ("psum", "shard_map"), lines=(("a.py", 5),)).to_json()
+          >>> data["order"], data["primitives"], data["live"], data["lines"]
+          (2, ['psum', 'shard_map'], [], [['a.py', 5]])
+        """
         return {
             "order": self.order,
             "devices": self.devices,
@@ -197,7 +225,17 @@ class Program:
 
     @classmethod
     def from_json(cls, data: object) -> Program:
-        """The program :meth:`to_json` described; ValueError if ``data`` is not one."""
+        """The program :meth:`to_json` described; ValueError if ``data`` is not one.
+
+        Examples:
+          >>> from shard_tutorial.checking.protocol import Program
+          >>> data = Program(2, 8).to_json()
+          >>> Program.from_json(data).devices
+          8
+          >>> Program.from_json({**data, "devices": 8.0})
+          Traceback (most recent call last):
+          ValueError: 'devices' is not an int
+        """
         found = _object(data)
         return cls(
             order=_int(found, "order"),
@@ -234,12 +272,27 @@ class Transfer:
     line: Line | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """This copy as JSON-ready data (for :func:`encode_answer`)."""
+        """This copy as JSON-ready data (for :func:`encode_answer`).
+
+        Examples:
+          >>> from shard_tutorial.checking.protocol import Transfer
+          >>> Transfer(1, False).to_json()
+          {'order': 1, 'host': False, 'line': None}
+        """
         return {"order": self.order, "host": self.host, "line": _line_json(self.line)}
 
     @classmethod
     def from_json(cls, data: object) -> Transfer:
-        """The copy :meth:`to_json` described; ValueError if ``data`` is not one."""
+        """The copy :meth:`to_json` described; ValueError if ``data`` is not one.
+
+        Examples:
+          >>> from shard_tutorial.checking.protocol import Transfer
+          >>> Transfer.from_json({"order": 1, "host": False, "line": None})
+          Transfer(order=1, host=False, line=None)
+          >>> Transfer.from_json({"order": 1, "host": False})
+          Traceback (most recent call last):
+          ValueError: no 'line'
+        """
         found = _object(data)
         return cls(_int(found, "order"), _bool(found, "host"), _line(_get(found, "line")))
 
@@ -262,12 +315,27 @@ class MadeBy:
     kind: Literal["program", "copy"]
 
     def to_json(self) -> dict[str, Any]:
-        """This record as JSON-ready data (for :func:`encode_answer`)."""
+        """This record as JSON-ready data (for :func:`encode_answer`).
+
+        Examples:
+          >>> from shard_tutorial.checking.protocol import MadeBy
+          >>> MadeBy(3, "program").to_json()
+          {'order': 3, 'kind': 'program'}
+        """
         return {"order": self.order, "kind": self.kind}
 
     @classmethod
     def from_json(cls, data: object) -> MadeBy:
-        """The record :meth:`to_json` made; ValueError if ``data`` is not one."""
+        """The record :meth:`to_json` made; ValueError if ``data`` is not one.
+
+        Examples:
+          >>> from shard_tutorial.checking.protocol import MadeBy
+          >>> MadeBy.from_json({"order": 3, "kind": "program"})
+          MadeBy(order=3, kind='program')
+          >>> MadeBy.from_json({"order": 3, "kind": "thread"})
+          Traceback (most recent call last):
+          ValueError: not a kind of event: 'thread'
+        """
         found = _object(data)
         kind = _get(found, "kind")
         _check(kind in {"program", "copy"}, f"not a kind of event: {kind!r}")
@@ -312,7 +380,14 @@ class Candidate:
     fingerprint: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """This candidate as JSON-ready data (for :func:`encode_answer`)."""
+        """This candidate as JSON-ready data (for :func:`encode_answer`).
+
+        Examples:
+          >>> from shard_tutorial.checking.protocol import Candidate
+          >>> data = Candidate(0, 1, "host", 0, (2, 3), 0, True, fingerprint="ab12").to_json()
+          >>> data["shape"], data["nbytes"], data["fingerprint"]
+          ([2, 3], 0, 'ab12')
+        """
         data: dict[str, Any] = {
             "item": self.item, "order": self.order, "made": self.made, "devices": self.devices,
             "shape": list(self.shape), "nbytes": self.nbytes,
@@ -324,7 +399,17 @@ class Candidate:
 
     @classmethod
     def from_json(cls, data: object) -> Candidate:
-        """The candidate :meth:`to_json` described; ValueError if ``data`` is not one."""
+        """The candidate :meth:`to_json` described; ValueError if ``data`` is not one.
+
+        Examples:
+          >>> from shard_tutorial.checking.protocol import Candidate
+          >>> data = Candidate(0, 1, "program", 8, (4,), 32, True).to_json()
+          >>> Candidate.from_json(data).shape
+          (4,)
+          >>> Candidate.from_json({**data, "shape": [-1]})
+          Traceback (most recent call last):
+          ValueError: not a count: -1
+        """
         found = _object(data)
         made = _get(found, "made")
         _check(made in {"host", "program"}, f"not a maker: {made!r}")
@@ -394,6 +479,13 @@ class How:
         """How as JSON-ready data (for :func:`encode_answer`): a dict of lists and numbers.
 
         ``"limits"``, ``"grown"`` and ``"error"`` are there only when set.
+
+        Examples:
+          >>> from shard_tutorial.checking.protocol import How
+          >>> sorted(How(True).to_json())
+          ['candidates', 'copies', 'intact', 'made_by', 'programs', 'unknown', 'unknown_line']
+          >>> How(error="no lineage", limits={"sent": 64.0}).to_json()["limits"]
+          {'sent': 64.0}
         """
         data: dict[str, Any] = {
             "intact": self.intact,
@@ -419,6 +511,13 @@ class How:
         Anything else (a field missing, or of the wrong type: the worker runs the
         solution's code, which may write what it likes) reads as a :class:`How` whose
         :attr:`error` is :data:`GARBLED`.
+
+        Examples:
+          >>> from shard_tutorial.checking.protocol import How
+          >>> How.from_json(How(True, unknown=2).to_json()).unknown
+          2
+          >>> How.from_json({**How(True).to_json(), "unknown": "2"}).error
+          "the worker's report on it was garbled"
         """
         try:
             found = _object(data)
