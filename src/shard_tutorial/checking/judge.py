@@ -705,7 +705,7 @@ def _unused(
     live: set[str] = set()
     for program in programs:
         traced.update(program.primitives)
-        live.update(program.live)
+        live.update(program.primitives if program.live is None else program.live)
     asked: list[tuple[str, set[str]]] = [("jax.shard_map", {"shard_map"})]
     if technique.primitives and not shard_map_only:
         names = " or ".join(f"jax.lax.{name}" for name in technique.primitives)

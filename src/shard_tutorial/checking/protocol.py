@@ -162,8 +162,9 @@ class Program:
       shard_map: whether it ran ``jax.shard_map``.
       primitives: the JAX primitives of the program JAX traced for it, sorted.
       live: those of them whose results reach its outputs
-        (:func:`shard_tutorial.checking.dataflow.flow`), sorted; all of them where the
-        program could not be read so.
+        (:func:`shard_tutorial.checking.dataflow.flow`), sorted; None: not known, and
+        every primitive counts (the worker sends all of them where the program could not
+        be read so).
       files: the Python files its operations came from, sorted.
       lines: the reader's lines its operations came from, the first few, in the
         order its traced program holds them.
@@ -184,7 +185,7 @@ class Program:
     devices: int
     shard_map: bool = False
     primitives: tuple[str, ...] = ()
-    live: tuple[str, ...] = ()
+    live: tuple[str, ...] | None = None
     files: tuple[str, ...] = ()
     lines: tuple[Line, ...] = ()
     memory: Mapping[str, int] = dataclasses.field(default_factory=dict)
@@ -208,14 +209,14 @@ class Program:
           >>> from shard_tutorial.checking.protocol import Program
           >>> data = Program(2, 8, True, ("psum", "shard_map"), lines=(("a.py", 5),)).to_json()
           >>> data["order"], data["primitives"], data["live"], data["lines"]
-          (2, ['psum', 'shard_map'], [], [['a.py', 5]])
+          (2, ['psum', 'shard_map'], None, [['a.py', 5]])
         """
         return {
             "order": self.order,
             "devices": self.devices,
             "shard_map": self.shard_map,
             "primitives": list(self.primitives),
-            "live": list(self.live),
+            "live": None if self.live is None else list(self.live),
             "files": list(self.files),
             "lines": [list(line) for line in self.lines],
             "memory": dict(self.memory),
@@ -242,7 +243,7 @@ class Program:
             devices=_int(found, "devices"),
             shard_map=_bool(found, "shard_map"),
             primitives=_strings(found, "primitives"),
-            live=_strings(found, "live"),
+            live=None if _get(found, "live") is None else _strings(found, "live"),
             files=_strings(found, "files"),
             lines=_lines(found),
             memory=_memory(found),
