@@ -89,6 +89,7 @@ GARBLINGS = {
     ),
     "a candidate's nbytes as a str": lambda event: event["how"]["candidates"][0].update(nbytes="8"),
     "a limit that is not a number": lambda event: event["how"].update(limits={"sent": "many"}),
+    "fewer than no unknown arrays": lambda event: event["how"].update(unknown=-1),
 }
 """Ways a report of how an answer was made can differ from what the worker writes."""
 

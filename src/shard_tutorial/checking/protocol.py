@@ -235,7 +235,7 @@ class Program:
           8
           >>> Program.from_json({**data, "devices": 8.0})
           Traceback (most recent call last):
-          ValueError: 'devices' is not an int
+          ValueError: 'devices' is not an int of at least 0
         """
         found = _object(data)
         return cls(
@@ -650,8 +650,9 @@ def _whole(value: object) -> int:
 
 
 def _int(data: dict[str, Any], key: str) -> int:
+    """``data[key]``, a count or an index: an int (not a bool) of at least 0."""
     value = _get(data, key)
-    _check(_is_int(value), f"{key!r} is not an int")
+    _check(_is_int(value) and cast("int", value) >= 0, f"{key!r} is not an int of at least 0")
     return cast("int", value)
 
 
