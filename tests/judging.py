@@ -9,6 +9,7 @@ the seconds a worker process takes to start JAX.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 from collections.abc import Callable
@@ -20,9 +21,9 @@ import numpy as np
 
 from shard_tutorial.checking.checker import RANDOM_CASES
 from shard_tutorial.checking.judge import judge, judge_refusal
-from shard_tutorial.checking.protocol import decode_answer
+from shard_tutorial.checking.protocol import Answer, decode_answer, encode_answer
 from shard_tutorial.checking.report import CaseResult, CheckReport, DeviceRun
-from shard_tutorial.checking.worker import answer, held_on, load_solution
+from shard_tutorial.checking.worker import answer, answer_of, held_on, load_solution
 from shard_tutorial.problem import Case, Problem
 from shard_tutorial.problems import get_problem
 
@@ -40,14 +41,16 @@ def judged(problem: Problem, solution: Callable[..., Any], case: Case) -> tuple[
     grown = None
     if grow is not None and "growth" in limits:  # made from the case, laid out as it is
         grown = problem.arranged(Case(case.label, grow(case.jax_args())))
-    event, data = answer(solution, args)
-    if event["event"] == "raised":
-        return "error", event["message"]
-    if limits:  # as the worker adds them
-        event["how"]["limits"] = limits
-        if grown is not None:
-            event["how"]["grown"] = held_on(answer, solution, grown)
-    return judge(problem, case, decode_answer(event, data), jax.device_count())
+    made = answer_of(solution, args)
+    if not isinstance(made, Answer):
+        return "error", made["message"]
+    if limits and made.how is not None:  # as the worker adds them
+        held = None if grown is None else held_on(answer_of, solution, grown)
+        made = dataclasses.replace(
+            made, how=dataclasses.replace(made.how, limits=limits, grown=held)
+        )
+    # Through the report the worker sends, as the checker reads it.
+    return judge(problem, case, decode_answer(*encode_answer(made)), jax.device_count())
 
 
 def verdicts(

@@ -16,7 +16,7 @@ import pytest
 from judging import OLDEST, judged, pasted_reference
 
 from shard_tutorial import PROBLEMS
-from shard_tutorial.checking.worker import answer, load_solution
+from shard_tutorial.checking.worker import answer_of, load_solution
 from shard_tutorial.collective_costs import sent_by
 from shard_tutorial.problem import Case
 
@@ -75,11 +75,10 @@ def test_a_budget_of_bytes_sent_is_what_the_reference_sends(name, pasted):
 
 def _measured(solution, args):
     """(bytes each device sends, ring model, loops counted; the largest peak) of one call."""
-    event, _ = answer(solution, args)
     sent, peak = 0.0, 0
-    for program in event["how"]["programs"]:
-        sent += sent_by(program["text"], int(program["devices"]))[0]
-        peak = max(peak, int(program["memory"].get("peak", 0)))
+    for program in answer_of(solution, args).how.programs:
+        sent += sent_by(program.text, program.devices)[0]
+        peak = max(peak, program.memory.get("peak", 0))
     return sent, peak
 
 
@@ -95,12 +94,11 @@ def test_psum_scatter_may_send_exactly_one_reduce_scatter_of_the_sums():
 
 def _held(solution, args):
     """The most one device holds while a program of the call runs (as the judge reads it)."""
-    event, _ = answer(solution, args)
     return max(
-        sum(int(p["memory"].get(k, 0)) for k in ("argument", "output", "temp"))
-        - int(p["memory"].get("alias", 0))
-        + int(p.get("held_before", 0))
-        for p in event["how"]["programs"]
+        sum(p.memory.get(k, 0) for k in ("argument", "output", "temp"))
+        - p.memory.get("alias", 0)
+        + p.held_before
+        for p in answer_of(solution, args).how.programs
     )
 
 

@@ -6,6 +6,7 @@ they look at are the ones the workers see.
 
 from __future__ import annotations
 
+import json
 import math
 
 import jax
@@ -19,7 +20,7 @@ from shard_tutorial.checking.assembly import Disagree as _Disagree
 from shard_tutorial.checking.assembly import array as _array
 from shard_tutorial.checking.assembly import assemble as _assemble
 from shard_tutorial.checking.judge import _not_an_array, judge
-from shard_tutorial.checking.protocol import Answer, decode_answer
+from shard_tutorial.checking.protocol import GARBLED, Answer, decode_answer, encode_answer
 from shard_tutorial.checking.report import (
     RAN,
     RAN_NO_COLLECTIVE,
@@ -49,8 +50,7 @@ def test_each_reference_runs_the_collectives_its_problem_asks_for(name, device_c
             break
         if any(np.size(a) == 0 for a in case.args if isinstance(a, np.ndarray)):
             continue  # nothing to split: nothing is asked for
-        event, _ = answer(problem.reference, problem.arranged(case))
-        programs = event["how"]["programs"]
+        programs = decode_answer(*answer(problem.reference, problem.arranged(case))).how.programs
         wanted = math.prod(problem.mesh_shape(case, device_count))
         verdict = _judge_technique(
             problem.technique, case, device_count, wanted, programs, "practises"
@@ -73,6 +73,48 @@ def test_unsharded_code_is_told_where_and_how_it_computed(device_count):
     else:
         assert verdict[0] == "placement"
         assert "lies on 1 device, where the contract's mesh for x=float32[32] has 8" in verdict[1]
+
+
+GARBLINGS = {
+    "no how": lambda event: event.pop("how"),
+    "a how that is null": lambda event: event.update(how=None),
+    "a how that is a list": lambda event: event.update(how=[]),
+    "no intact": lambda event: event["how"].pop("intact"),
+    "devices as a str": lambda event: event["how"]["programs"][0].update(devices="8"),
+    "a program with no order": lambda event: event["how"]["programs"][0].pop("order"),
+    "a line with no number": lambda event: event["how"]["programs"][0].update(lines=[["a.py"]]),
+    "made by something else": lambda event: event["how"]["made_by"].__setitem__(0, {"kind": 1}),
+    "a candidate of two unknown sizes": lambda event: event["how"]["candidates"][0].update(
+        shape=[-1, -1]
+    ),
+    "a candidate's nbytes as a str": lambda event: event["how"]["candidates"][0].update(nbytes="8"),
+    "a limit that is not a number": lambda event: event["how"].update(limits={"sent": "many"}),
+    "fewer than no unknown arrays": lambda event: event["how"].update(unknown=-1),
+}
+"""Ways a report of how an answer was made can differ from what the worker writes."""
+
+
+@pytest.mark.parametrize("garble", list(GARBLINGS))
+def test_a_garbled_report_of_how_is_judged_not_read_never_a_crash(garble, device_count):
+    import jax.numpy as jnp  # noqa: PLC0415
+
+    problem = PROBLEMS["shard_map_psum"]
+    case = problem.cases[4]
+    event, data = answer(lambda x: jnp.sum(x) + 0, problem.arranged(case))  # two programs
+    event = json.loads(json.dumps(event))  # as the pipe carries it
+    answered = decode_answer(event, data)
+    assert answered.how.error is None
+    assert answered.how.programs
+    assert answered.how.made_by
+    assert answered.how.candidates
+    assert decode_answer(*encode_answer(answered)) == answered
+    GARBLINGS[garble](event)
+    received = decode_answer(event, data)
+    assert received.how.error == GARBLED
+    assert received.values == answered.values  # the output is still read
+    status, message = judge(problem, case, received, device_count)
+    assert status == "technique"
+    assert f"could not read how they were computed: {GARBLED}" in message
 
 
 def test_an_outputs_layout_is_sent_as_which_axis_is_split_over_how_many_devices(device_count):

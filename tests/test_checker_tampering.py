@@ -25,6 +25,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shard_tutorial import data_mesh
+from shard_tutorial.checking.protocol import How, MadeBy, Program
 
 worker = sys.modules["__main__"]
 PROGRAM = (
@@ -34,14 +35,10 @@ PROGRAM = (
 )
 
 
-def forged_lineage(recording, received, args, *, shards=False):
-    how = {
-        "intact": True, "unknown": 0, "copies": [], "candidates": [],
-        "programs": [{"order": 0, "devices": 8, "shard_map": True, "files": [],
-                      "primitives": ["shard_map", "psum"], "text": PROGRAM}],
-        "made_by": [{"order": 0, "kind": "program"}],
-    }
-    return how, b""
+def forged_lineage(recording, received, args, *, shards=False, earlier=()):
+    used = ("psum", "shard_map")
+    program = Program(0, 8, shard_map=True, primitives=used, live=used, text=PROGRAM)
+    return How(True, (program,), made_by=(MadeBy(0, "program"),)), b""
 
 
 # The old door: the worker looked the technique up by name at each call.

@@ -1,9 +1,11 @@
 """Judge what a solution returned: its values, then how and where it computed them.
 
 The judge runs in the checker's own process, where the solution's code never ran,
-and holds the problem's oracle. It reads only plain data a worker sent
-(:func:`shard_tutorial.checking.worker.answer`): the output's values and layout, and
-how the output was made, recorded during the very call that returned it: the XLA
+and holds the problem's oracle. It reads only what a worker reported
+(:func:`shard_tutorial.checking.worker.answer`), decoded into the records of
+:mod:`shard_tutorial.checking.protocol`: the output's values and layout, and
+how the output was made (a :class:`~shard_tutorial.checking.protocol.How`),
+recorded during the very call that returned it: the XLA
 programs it depends on (their collectives, read by :mod:`shard_tutorial.compiled`,
 and their device counts), copies from the host, and earlier arrays shaped like the
 answer. In order:
@@ -26,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +37,15 @@ import numpy as np
 
 from shard_tutorial.checking.assembly import Disagree, array, combine, items, own
 from shard_tutorial.checking.digest import fingerprint
-from shard_tutorial.checking.protocol import Answer, Verdict
+from shard_tutorial.checking.protocol import (
+    Answer,
+    Candidate,
+    Held,
+    How,
+    Line,
+    Program,
+    Verdict,
+)
 from shard_tutorial.checking.report import RAN, RAN_NO_COLLECTIVE, explained
 from shard_tutorial.collective_costs import sent_by, uncounted
 from shard_tutorial.compiled import Collective, Frame, host_callbacks, parse_collectives
@@ -156,8 +166,9 @@ def judge(problem: Problem, case: Case, answer: Answer, devices: int) -> tuple[V
       problem: the problem.
       case: the case that was run.
       answer: what the worker reported (:func:`~shard_tutorial.checking.protocol.decode_answer`):
-        the output's description and values, and how it was made (``answer.how``; None:
-        not judged) with the values of the candidates it lists.
+        the output's description and values, and how it was made (``answer.how``, a
+        :class:`~shard_tutorial.checking.protocol.How`; None: not judged) with the
+        values of the candidates it lists.
       devices: the run's device count, which decides the mesh the contract asks for.
 
     Returns:
@@ -247,7 +258,7 @@ def _judge_values(
     case: Case,
     labelled: _Labelled,
     arrays: list[np.ndarray],
-    how: dict[str, Any] | None,
+    how: How | None,
     devices: int,
 ) -> str | None:
     """Why the values are wrong (against the oracle, across replicas, on the host); None if right."""
@@ -287,7 +298,7 @@ def _judge_placement(problem: Problem, case: Case, labelled: _Labelled, devices:
     return None
 
 
-def _what_ran(how: dict[str, Any] | None, devices: int, message: str) -> str:
+def _what_ran(how: How | None, devices: int, message: str) -> str:
     """For a bare wrong value on several devices: the collectives its program ran.
 
     ``" (the program that computed it runs 1 all-reduce of 4 bytes over 8 devices)"``,
@@ -296,18 +307,18 @@ def _what_ran(how: dict[str, Any] | None, devices: int, message: str) -> str:
     ran on one: a mesh of one), where the message says more than the difference, or
     where the programs are not known.
     """
-    if devices < 2 or how is None or "error" in how or explained(message):
+    if devices < 2 or how is None or how.error is not None or explained(message):
         return ""
     if "value: " not in message and "values: " not in message:
         return ""  # a shape or a dtype: not what a collective would change
-    programs = list(how.get("programs", []))
-    if all(int(p.get("devices", 1)) < 2 for p in programs):
+    programs = how.programs
+    if all(p.devices < 2 for p in programs):
         return ""  # none, or on one device (a mesh of one): nothing to combine across
     found = [
         c
         for p in programs
-        for c in parse_collectives(str(p.get("text", "")))
-        if c.explicit and (c.group_size or int(p.get("devices", 1))) > 1
+        for c in parse_collectives(p.text)
+        if c.explicit and (c.group_size or p.devices) > 1
     ]
     if not found:
         return f" ({RAN_NO_COLLECTIVE})"
@@ -320,7 +331,7 @@ def _judge_how(
     outputs: Sequence[dict[str, Any]],
     expected: Sequence[np.ndarray],
     devices: int,
-    how: dict[str, Any],
+    how: How,
     how_payload: bytes,
     received: Sequence[np.ndarray] = (),
 ) -> tuple[Verdict, str] | None:
@@ -331,19 +342,19 @@ def _judge_how(
         if problem.practises
         else f"see the problem's page, {problem.page}"
     )
-    if "error" in how:
+    if how.error is not None:
         return Verdict.TECHNIQUE, (
-            f"right values, but the checker could not read how they were computed: {how['error']}"
+            f"right values, but the checker could not read how they were computed: {how.error}"
         )
-    if how.get("intact") is not True:
+    if how.intact is not True:
         return Verdict.TECHNIQUE, (
             "right values, but the solution replaced the hooks in JAX through which the checker "
             "sees the programs a call runs, so how it computed them cannot be judged"
         )
-    programs = list(how.get("programs", []))
+    programs = list(how.programs)
     own_file = Path(inspect.getfile(problem.reference)).resolve()
     for program in programs:
-        if any(_same_file(name, own_file) for name in program.get("files", [])):
+        if any(_same_file(name, own_file) for name in program.files):
             return Verdict.REFERENCE, (
                 "right values, but computed by the package's own solution "
                 f"({own_file.parent.name}/{own_file.name}): the checker judges code of yours; "
@@ -367,18 +378,18 @@ def _judge_how(
     for k, want in enumerate(expected):
         got = received[k] if k < len(received) else None
         origin = _first_made(candidates.get(k, []), want, case, problem, got, devices)
-        if origin is not None and origin["made"] == "host":
+        if origin is not None and origin.made == "host":
             return Verdict.TECHNIQUE, (
                 "right values, but computed on the host (with NumPy or Python) and then copied "
-                f"to the devices: {practises}" + _copied_at(origin.get("line"))
+                f"to the devices: {practises}" + _copied_at(origin.line)
             )
-        if origin is not None and int(origin["devices"]) < wanted:
+        if origin is not None and origin.devices < wanted:
             return Verdict.PLACEMENT, (
-                f"right values, but computed on {_devices(int(origin['devices']))}, where the "
+                f"right values, but computed on {_devices(origin.devices)}, where the "
                 f"contract's mesh for {inputs} has {mesh_text} devices: split the work over "
                 "all of them"
             )
-        made_at.append(None if origin is None else int(origin["order"]))
+        made_at.append(None if origin is None else origin.order)
     for k, item in enumerate(outputs):
         held = int(item.get("devices", 1))
         if item.get("kind") == "jax.Array" and held < wanted:
@@ -387,27 +398,27 @@ def _judge_how(
                 f"right values, but {name} lies on {_devices(held)}, where the contract's mesh "
                 f"for {inputs} has {mesh_text} devices"
             )
-    made_by = how.get("made_by") or []
-    copies = {int(c["order"]): c for c in how.get("copies", [])}
+    made_by = how.made_by
+    copies = {c.order: c for c in how.copies}
     for k, maker in enumerate(made_by):
-        if k < len(made_at) and made_at[k] is None and maker and maker.get("kind") == "copy":
-            copy = copies.get(int(maker["order"]))
-            if copy is not None and copy.get("host"):
+        if k < len(made_at) and made_at[k] is None and maker and maker.kind == "copy":
+            copy = copies.get(maker.order)
+            if copy is not None and copy.host:
                 return Verdict.TECHNIQUE, (
                     "right values, but copied to the devices from the host, where they were "
-                    f"computed (with NumPy or Python): {practises}" + _copied_at(copy.get("line"))
+                    f"computed (with NumPy or Python): {practises}" + _copied_at(copy.line)
                 )
     if not made_by or all(m is None for m in made_by):
         return Verdict.TECHNIQUE, (
             "right values, but no program the checker could see computed them (returned "
             f"as given, or made outside jax.jit's and jax.shard_map's programs): {practises}"
         )
-    unseen = int(how.get("unknown", 0))
+    unseen = how.unknown
     if unseen:
         # What the checker did not see computed is not credited: the programs it saw may
         # only relay values made elsewhere (a thread of the solution's own, a program
         # compiled ahead of time and called as such, which JAX runs without a trace).
-        where = _copied_at(how.get("unknown_line")) or _code_lines(programs)
+        where = _copied_at(how.unknown_line) or _code_lines(programs)
         arrays = "an array" if unseen == 1 else f"{unseen} arrays"
         return Verdict.TECHNIQUE, (
             f"right values, but they were computed from {arrays} made where the checker "
@@ -417,8 +428,8 @@ def _judge_how(
             f"calling thread; {practises}" + where
         )
     latest = max((m for m in made_at if m is not None), default=None)
-    considered = [p for p in programs if latest is None or int(p["order"]) <= latest]
-    called_back = [t for p in considered for t in host_callbacks(str(p.get("text", "")))]
+    considered = [p for p in programs if latest is None or p.order <= latest]
+    called_back = [t for p in considered for t in host_callbacks(p.text)]
     if called_back:
         return Verdict.TECHNIQUE, (
             "right values, but the program calls back into Python on the host for part of "
@@ -435,8 +446,8 @@ def _judge_how(
     verdict = _judge_technique(technique, case, devices, wanted, considered, practises)
     if verdict is None and _one_device(technique, case, devices, wanted):
         return Verdict.PASS, NOT_JUDGED["one device"]  # nothing is sent, nor split, to budget
-    if verdict is None and problem.budget is not None and how.get("limits"):
-        verdict = _judge_budget(problem.budget, how["limits"], considered, how.get("grown"))
+    if verdict is None and problem.budget is not None and how.limits:
+        verdict = _judge_budget(problem.budget, how.limits, considered, how.grown)
     return verdict
 
 
@@ -454,25 +465,25 @@ NOT_JUDGED = {
 """Why a passing case's technique was judged in part or not at all, as the report says."""
 
 
-def _judge_one_device(programs: list[dict[str, Any]], practises: str) -> tuple[Verdict, str] | None:
+def _judge_one_device(programs: list[Program], practises: str) -> tuple[Verdict, str] | None:
     """The verdict on an answer to a problem that simulates the devices on one device.
 
     Its statement asks for no mesh and no ``jax.shard_map``: the devices are the
     blocks a loop slices by hand.
     """
-    with_shard_map = [p for p in programs if p.get("shard_map")]
+    with_shard_map = [p for p in programs if p.shard_map]
     if with_shard_map:
         return Verdict.TECHNIQUE, (
             "right values, but computed with jax.shard_map, where the statement asks for "
             f"the blocks sliced by hand on one device (no mesh, no jax.shard_map): {practises}"
             + _code_lines(with_shard_map)
         )
-    spread = max((int(p.get("devices", 1)) for p in programs), default=1)
+    spread = max((p.devices for p in programs), default=1)
     if spread > 1:
         return Verdict.TECHNIQUE, (
             f"right values, but computed by a program over {_devices(spread)}, where the "
             "statement asks for one device (no mesh): the blocks are sliced by hand; "
-            f"{practises}" + _code_lines([p for p in programs if int(p.get("devices", 1)) > 1])
+            f"{practises}" + _code_lines([p for p in programs if p.devices > 1])
         )
     return None
 
@@ -485,9 +496,9 @@ def _one_device(technique: Technique, case: Case, devices: int, wanted: int) -> 
 
 def _judge_budget(
     budget: Budget,
-    limits: dict[str, float],
-    programs: list[dict[str, Any]],
-    grown: list[dict[str, Any]] | None = None,
+    limits: Mapping[str, float],
+    programs: Sequence[Program],
+    grown: Sequence[Held] | None = None,
 ) -> tuple[Verdict, str] | None:
     """The verdict on what the programs an answer came from send and hold, per device.
 
@@ -496,18 +507,18 @@ def _judge_budget(
 
     Examples:
       >>> from shard_tutorial.checking.judge import _judge_budget
+      >>> from shard_tutorial.checking.protocol import Held, Program
       >>> from shard_tutorial.problem import Budget
       >>> budget = Budget(lambda args: {}, "keep n slots, not M")
-      >>> held = lambda size: [{"memory": {"temp": size}, "held_before": 0}]
-      >>> _judge_budget(budget, {"growth": 1000}, held(5000), held(5800)) is None
+      >>> ran = [Program(0, 8, True, memory={"temp": 5000})]
+      >>> held = lambda size: [Held({"temp": size}, 0)]
+      >>> _judge_budget(budget, {"growth": 1000}, ran, held(5800)) is None
       True
-      >>> print(_judge_budget(budget, {"growth": 1000}, held(5000), held(9000))[1])
+      >>> print(_judge_budget(budget, {"growth": 1000}, ran, held(9000))[1])
       right values, but what one device holds grows by 4,000 bytes (from 5,000 to 9,000) on a larger copy of this case, where this problem allows 1,000: keep n slots, not M
     """
     if "sent" in limits:
-        loose = [
-            c for p in programs for c in uncounted(str(p.get("text", "")), int(p.get("devices", 1)))
-        ]
+        loose = [c for p in programs for c in uncounted(p.text, p.devices)]
         if loose:
             # Counted once, a collective in such a loop could send any number of times
             # the budget: what cannot be counted is not credited.
@@ -523,9 +534,7 @@ def _judge_budget(
         found, sent = [], 0.0
         for program in programs:
             # A collective in a loop counts once per iteration (collective_costs.sent_by).
-            bytes_sent, collectives = sent_by(
-                str(program.get("text", "")), int(program.get("devices", 1))
-            )
+            bytes_sent, collectives = sent_by(program.text, program.devices)
             sent += bytes_sent
             found += collectives
         if sent > float(limits["sent"]) * (1 + 1e-9):
@@ -535,7 +544,7 @@ def _judge_budget(
                 f"{float(limits['sent']):,.0f}: {budget.why}" + _where(programs)
             )
     if "peak" in limits:
-        peaks = [int(p.get("memory", {}).get("peak", 0)) for p in programs]
+        peaks = [p.memory.get("peak", 0) for p in programs]
         peak = max(peaks, default=0)
         if peak > float(limits["peak"]):
             return Verdict.BUDGET, (
@@ -548,10 +557,9 @@ def _judge_budget(
         # the call's earlier programs made and the code still kept (eager code fetching
         # every block in programs of their own holds them all, each program small).
         held, kept = max(
-            ((_buffers(p.get("memory", {})) + int(p.get("held_before", 0)),
-              int(p.get("held_before", 0))) for p in programs),
+            ((_buffers(p.memory) + p.held_before, p.held_before) for p in programs),
             default=(0, 0),
-        )  # fmt: skip
+        )
         if held > float(limits["held"]):
             besides = (
                 f", {kept:,} of them in arrays the call made earlier and still kept" if kept else ""
@@ -563,7 +571,7 @@ def _judge_budget(
                 + _where(programs, {"all-gather", "all-to-all", "collective-permute"})
             )
     if "growth" in limits and grown:
-        before, after = _most_held(programs), _most_held(grown)
+        before, after = _most_held([p.held() for p in programs]), _most_held(grown)
         if after - before > float(limits["growth"]):
             return Verdict.BUDGET, (
                 f"right values, but what one device holds grows by {after - before:,} bytes "
@@ -574,21 +582,18 @@ def _judge_budget(
     return None
 
 
-def _most_held(programs: list[dict[str, Any]]) -> int:
+def _most_held(programs: Sequence[Held]) -> int:
     """The most one device held while any of ``programs`` ran, with what the call kept."""
-    return max(
-        (_buffers(p.get("memory", {})) + int(p.get("held_before", 0)) for p in programs),
-        default=0,
-    )
+    return max((_buffers(p.memory) + p.held_before for p in programs), default=0)
 
 
-def _buffers(memory: dict[str, Any]) -> int:
+def _buffers(memory: Mapping[str, int]) -> int:
     """All the bytes XLA assigns one device for a program: arguments, outputs, temporaries.
 
     Outputs that reuse an argument's buffer (``alias``) are counted once.
     """
     parts = ("argument", "output", "temp")
-    return sum(int(memory.get(key, 0)) for key in parts) - int(memory.get("alias", 0))
+    return sum(memory.get(key, 0) for key in parts) - memory.get("alias", 0)
 
 
 def _judge_technique(
@@ -596,25 +601,25 @@ def _judge_technique(
     case: Case,
     devices: int,
     wanted: int,
-    programs: list[dict[str, Any]],
+    programs: Sequence[Program],
     practises: str,
 ) -> tuple[Verdict, str] | None:
     """The verdict on the collectives (and shard_map) of the programs an answer came from."""
     found: list[Collective] = []
     for program in programs:
-        for collective in parse_collectives(str(program.get("text", ""))):
+        for collective in parse_collectives(program.text):
             size = collective.group_size
             if size is None:
-                size = int(program.get("devices", 1))
+                size = program.devices
             if size > 1:
                 found.append(collective)
     explicit = [c for c in found if c.explicit]
     added = [c for c in found if not c.explicit]
-    used_shard_map = bool(explicit) or any(p.get("shard_map") for p in programs)
+    used_shard_map = bool(explicit) or any(p.shard_map for p in programs)
     if not used_shard_map:
         if added:
             way = f"by jax.jit's automatic partitioning (XLA added {_listed(added)})"
-        elif any(int(p.get("devices", 1)) > 1 for p in programs):
+        elif any(p.devices > 1 for p in programs):
             way = "by jax.jit's automatic partitioning"
         else:
             way = "with jax.numpy or jax.jit"
@@ -639,7 +644,7 @@ def _judge_technique(
         # the axis size), and XLA drops any over one device: only shard_map is asked.
         return None
     if technique.primitives and not any(
-        set(technique.primitives) & set(p.get("primitives", [])) for p in programs
+        set(technique.primitives) & set(p.primitives) for p in programs
     ):
         wanted_names = " or ".join(f"jax.lax.{name}" for name in technique.primitives)
         return Verdict.TECHNIQUE, f"right values, but no {wanted_names}: {practises}"
@@ -650,7 +655,7 @@ def _judge_technique(
         if not matching and traced is not None:
             # Dropped from the compiled program (empty blocks): asked of the traced one.
             kinds = set().union(*(_PRIMITIVES_OF_KIND.get(kind, set()) for kind in alternatives))
-            if any(kinds & set(p.get("primitives", [])) for p in programs):
+            if any(kinds & set(p.primitives) for p in programs):
                 continue
             return Verdict.TECHNIQUE, (
                 f"right values, but no {asked} in the program JAX traced ({traced}): {practises}"
@@ -686,7 +691,7 @@ def _judge_technique(
 
 
 def _unused(
-    technique: Technique, programs: list[dict[str, Any]], *, shard_map_only: bool = False
+    technique: Technique, programs: Sequence[Program], *, shard_map_only: bool = False
 ) -> str | None:
     """What the problem asks for that the programs run but their outputs do not use.
 
@@ -699,8 +704,8 @@ def _unused(
     traced: set[str] = set()
     live: set[str] = set()
     for program in programs:
-        traced.update(program.get("primitives", []))
-        live.update(program.get("live", program.get("primitives", [])))
+        traced.update(program.primitives)
+        live.update(program.primitives if program.live is None else program.live)
     asked: list[tuple[str, set[str]]] = [("jax.shard_map", {"shard_map"})]
     if technique.primitives and not shard_map_only:
         names = " or ".join(f"jax.lax.{name}" for name in technique.primitives)
@@ -716,12 +721,12 @@ def _unused(
     return None
 
 
-def _where(programs: list[dict[str, Any]], kinds: set[str] | None = None) -> str:
+def _where(programs: Sequence[Program], kinds: set[str] | None = None) -> str:
     """:func:`_lines` of the collectives, or where the programs' work came from if none."""
     return _lines(programs, kinds) or _code_lines(programs)
 
 
-def _code_lines(programs: list[dict[str, Any]], *, most: int = 3) -> str:
+def _code_lines(programs: Sequence[Program | Held], *, most: int = 3) -> str:
     """The reader's lines the programs' operations came from, in the order they ran.
 
     For a verdict on programs with no collective to point at: the lines of the
@@ -733,8 +738,8 @@ def _code_lines(programs: list[dict[str, Any]], *, most: int = 3) -> str:
 
     seen: list[Frame] = []
     for program in programs:
-        for file, line in program.get("lines", []):
-            frame = Frame(str(file), int(line))
+        for file, line in program.lines:
+            frame = Frame(file, line)
             if "site-packages" not in frame.file and frame not in seen:
                 seen.append(frame)
     if not seen:
@@ -744,18 +749,18 @@ def _code_lines(programs: list[dict[str, Any]], *, most: int = 3) -> str:
     return "\nWhere (the lines the programs computed):\n" + "\n".join(rows) + more
 
 
-def _copied_at(line: list[Any] | None) -> str:
+def _copied_at(line: Line | None) -> str:
     """``"Where: line 12 of answer.py: ..."``: the reader's line that copied host data in."""
     if not line:
         return ""
     from shard_tutorial.explain import _code  # noqa: PLC0415 (Rich, lazily)
 
-    frame = Frame(str(line[0]), int(line[1]))
+    frame = Frame(*line)
     where = f"line {frame.line} of {Path(frame.file).name}: {_code(frame)}"
     return f"\nWhere:\n  {where}"
 
 
-def _lines(programs: list[dict[str, Any]], kinds: set[str] | None = None, *, most: int = 4) -> str:
+def _lines(programs: Sequence[Program], kinds: set[str] | None = None, *, most: int = 4) -> str:
     """Where the programs' collectives (of ``kinds``; all if None) came from, largest first.
 
     One line each, as :func:`shard_tutorial.explain.program_communication` traces a
@@ -769,9 +774,7 @@ def _lines(programs: list[dict[str, Any]], kinds: set[str] | None = None, *, mos
     found = []
     for program in programs:
         try:
-            communications = program_communication(
-                str(program.get("text", "")), int(program.get("devices", 1))
-            )
+            communications = program_communication(program.text, program.devices)
         except Exception:  # noqa: BLE001, S112 (a line is a bonus; never fail the verdict)
             continue
         for c in communications:
@@ -823,39 +826,43 @@ def _same_file(name: str, target: Path) -> bool:
         return False
 
 
-def _candidates(how: dict[str, Any], payload: bytes) -> dict[int, list[dict[str, Any]]]:
-    """The candidates ``how`` lists, each with its ``values`` (float64), by output item.
+_Candidates = list[tuple[Candidate, np.ndarray | None]]
+"""Candidates of one output item, each with its values (float64; None: a fingerprint only)."""
+
+
+def _candidates(how: How, payload: bytes) -> dict[int, _Candidates]:
+    """The candidates ``how`` lists, each with its values (float64), by output item.
 
     Past the first few, a candidate comes as its values' ``fingerprint`` alone
-    (``values`` None): it matches an answer that is an exact copy of it.
+    (values None): it matches an answer that is an exact copy of it.
     """
-    found: dict[int, list[dict[str, Any]]] = {}
+    found: dict[int, _Candidates] = {}
     offset = 0
-    for candidate in how.get("candidates", []):
-        size = int(candidate["nbytes"])
-        shape = tuple(int(n) for n in candidate["shape"])
-        if size == 0 and isinstance(candidate.get("fingerprint"), str):  # a digest, no values
-            found.setdefault(int(candidate["item"]), []).append({**candidate, "values": None})
+    for candidate in how.candidates:
+        size = candidate.nbytes
+        shape = candidate.shape
+        if size == 0 and candidate.fingerprint is not None:  # a digest, no values
+            found.setdefault(candidate.item, []).append((candidate, None))
             continue
         data = payload[offset : offset + size]
         offset += size
         if len(data) != size or size != math.prod(shape) * 8:
             break  # garbled: judge without them
         values = np.frombuffer(data, np.float64).reshape(shape)
-        found.setdefault(int(candidate["item"]), []).append({**candidate, "values": values})
+        found.setdefault(candidate.item, []).append((candidate, values))
     for listed in found.values():
-        listed.sort(key=lambda c: int(c["order"]))
+        listed.sort(key=lambda pair: pair[0].order)
     return found
 
 
 def _first_made(
-    candidates: list[dict[str, Any]],
+    candidates: _Candidates,
     expected: np.ndarray,
     case: Case,
     problem: Problem,
     received: np.ndarray | None = None,
     devices: int | None = None,
-) -> dict[str, Any] | None:
+) -> Candidate | None:
     """The earliest candidate with the answer's values: where the answer was computed.
 
     A candidate sent as a digest matches when ``received`` (the answer itself) has
@@ -873,12 +880,11 @@ def _first_made(
             return None
     rtol, atol = problem.tolerance(case, expected.dtype, devices)
     digest = None if received is None else fingerprint(received)
-    for candidate in candidates:
-        if candidate.get("from_arguments") is False:
+    for candidate, values in candidates:
+        if not candidate.from_arguments:
             continue  # made from no argument (initial parameters): no computation of the answer
-        values = candidate["values"]
         if values is None:
-            if digest is not None and candidate.get("fingerprint") == digest:
+            if digest is not None and candidate.fingerprint == digest:
                 return candidate
             continue
         if values.shape == want.shape and np.allclose(

@@ -28,6 +28,7 @@ arrive (:attr:`~shard_tutorial.problem.Problem.arrange`, named in the request as
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -40,9 +41,19 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from shard_tutorial.checking.protocol import Answer, encode_answer
+from shard_tutorial.checking.protocol import (
+    Answer,
+    Candidate,
+    Held,
+    How,
+    Line,
+    MadeBy,
+    Program,
+    Transfer,
+    encode_answer,
+)
 
 MESSAGE_LIMIT = 4000  # characters of an error message kept in a report
 FRAME_LIMIT = 12  # frames of the solution's own code kept in a report
@@ -351,6 +362,39 @@ def answer(
     intact: Callable[[], bool] | None = None,
     helpers: tuple[Callable[..., Any], ...] | None = None,
 ) -> tuple[dict[str, Any], bytes]:
+    """:func:`answer_of`, as the worker reports it: the event (JSON-ready) and its bytes.
+
+    Returns:
+      An :class:`~shard_tutorial.checking.protocol.Answer` as
+      :func:`~shard_tutorial.checking.protocol.encode_answer` sends it (the output's
+      header and, under ``"how"``, how it was made), or the ``"raised"`` event, with no
+      bytes.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from shard_tutorial.checking.protocol import decode_answer
+      >>> from shard_tutorial.checking.worker import answer
+      >>> event, payload = answer(lambda x: x * 2, (jnp.arange(3.0),))
+      >>> event["event"], event["output"]["shape"], event["how"]["programs"][0]["devices"]
+      ('output', [3], 1)
+      >>> [p.devices for p in decode_answer(event, payload).how.programs]
+      [1]
+      >>> print(answer(lambda x: 1 / 0, (jnp.ones(1),))[0]["message"].splitlines()[0])
+      ZeroDivisionError: division by zero
+    """
+    made = answer_of(solution, args, shards=shards, record=record, intact=intact, helpers=helpers)
+    return encode_answer(made) if isinstance(made, Answer) else (made, b"")
+
+
+def answer_of(
+    solution: Callable[..., Any],
+    args: tuple[Any, ...],
+    *,
+    shards: bool = False,
+    record: Callable[[], Any] | None = None,
+    intact: Callable[[], bool] | None = None,
+    helpers: tuple[Callable[..., Any], ...] | None = None,
+) -> Answer | dict[str, Any]:
     """Call ``solution(*args)`` once and describe what it returned and how it was made.
 
     The call is recorded (:func:`shard_tutorial.checking.recording.record`): the values and
@@ -371,19 +415,20 @@ def answer(
         :func:`describe_exception`, bound as ``record`` is; None: this module's.
 
     Returns:
-      The event to report and its bytes: an :class:`~shard_tutorial.checking.protocol.Answer`
-      as :func:`~shard_tutorial.checking.protocol.encode_answer` sends it (the output's
-      header and, under ``"how"``, how it was made: see :func:`describe_lineage`), or
-      ``"raised"``, with no bytes.
+      An :class:`~shard_tutorial.checking.protocol.Answer`: the output's header and
+      values, and :class:`~shard_tutorial.checking.protocol.How` it was made (see
+      :func:`describe_lineage`); or, if the call raised, the ``"raised"`` event to
+      report (its ``message``, whether it ran out of ``memory``, and its class'
+      ``types``).
 
     Examples:
       >>> import jax.numpy as jnp
-      >>> from shard_tutorial.checking.worker import answer
-      >>> event, payload = answer(lambda x: x * 2, (jnp.arange(3.0),))
-      >>> event["event"], event["output"]["shape"], [p["devices"] for p in event["how"]["programs"]]
-      ('output', [3], [1])
-      >>> print(answer(lambda x: 1 / 0, (jnp.ones(1),))[0]["message"].splitlines()[0])
-      ZeroDivisionError: division by zero
+      >>> from shard_tutorial.checking.worker import answer_of
+      >>> made = answer_of(lambda x: x * 2, (jnp.arange(3.0),))
+      >>> made.output["shape"], [p.devices for p in made.how.programs], made.how.intact
+      ([3], [1], True)
+      >>> answer_of(lambda x: 1 / 0, (jnp.ones(1),))["types"][:2]
+      ['ZeroDivisionError', 'ArithmeticError']
     """
     import jax  # noqa: PLC0415
 
@@ -410,7 +455,7 @@ def answer(
                 "message": explain(error),
                 "memory": is_memory_error(error),
                 "types": _class_names(error),
-            }, b""
+            }
         seconds = time.perf_counter() - began
     try:
         header, payload = describe(received, shards=shards)
@@ -419,10 +464,10 @@ def answer(
     try:
         how, extra = lineage(recording, received, args, shards=shards, earlier=earlier)
     except BaseException as error:  # noqa: BLE001
-        how, extra = {"error": explain(error).splitlines()[0]}, b""
+        how, extra = How(error=explain(error).splitlines()[0]), b""
     if intact is not None and not intact():
-        how["intact"] = False
-    return encode_answer(Answer(header, payload, how, extra, round(seconds, 3)))
+        how = dataclasses.replace(how, intact=False)
+    return Answer(header, payload, how, extra, round(seconds, 3))
 
 
 LINES = 8  # the reader's lines a program's operations came from, sent for the verdicts
@@ -434,12 +479,12 @@ FINGERPRINTS = 512
 TEXT_LIMIT = 200_000  # characters of a program's communication lines sent
 
 
-def _line_of(event: Any) -> list[Any] | None:
-    """The reader's line a recorded copy or program came from, ``[file, line]``, or None."""
+def _line_of(event: Any) -> Line | None:
+    """The reader's line a recorded copy or program came from, ``(file, line)``, or None."""
     where = getattr(event, "where", None)  # a copy's
     lines = getattr(event, "lines", ())  # a program's, the first of them
     found = where or (lines[0] if lines else None)
-    return list(found) if found else None
+    return (found[0], found[1]) if found else None
 
 
 def describe_lineage(
@@ -449,23 +494,33 @@ def describe_lineage(
     *,
     shards: bool = False,
     earlier: Sequence[Any] = (),
-) -> tuple[dict[str, Any], bytes]:
-    """How ``received`` was made, as plain data for the judge, and the candidates' bytes.
+) -> tuple[How, bytes]:
+    """How ``received`` was made, for the judge, and the candidates' bytes.
 
     Returns:
-      ``{"intact": bool, "programs": [...], "copies": [...], "unknown": n,
-      "unknown_line": [file, line], "made_by": [...], "candidates": [...]}``: how
-      many arrays the output depends on were made during the call where the
-      recording could not see (``earlier``: the arrays that existed before it, which
-      count as arguments) and the reader's line that first used one, the programs it depends on
-      (each with its ``order``, ``devices``, whether it ran ``shard_map``, the
-      Python ``files`` its operations came from and the lines of its compiled
-      text that say what it sends and how often, see
-      :func:`~shard_tutorial.compiled.communication_lines`), the copies to the
-      devices it depends on, what made each output array, and arrays of the
-      lineage shaped like an output (host data, other programs' results) whose
-      values the judge compares with the answer, to find where it was first
-      computed.
+      A :class:`~shard_tutorial.checking.protocol.How`: how many arrays the output
+      depends on were made during the call where the recording could not see
+      (``earlier``: the arrays that existed before it, which count as arguments) and
+      the reader's line that first used one, the programs it depends on (each a
+      :class:`~shard_tutorial.checking.protocol.Program`: its ``order``, ``devices``,
+      whether it ran ``shard_map``, the Python ``files`` its operations came from and
+      the lines of its compiled text that say what it sends and how often, see
+      :func:`~shard_tutorial.compiled.communication_lines`), the copies to the devices
+      it depends on, what made each output array, and arrays of the lineage shaped
+      like an output (host data, other programs' results) whose values the judge
+      compares with the answer, to find where it was first computed; and the values
+      of the first few of those, as float64, one after another.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from shard_tutorial.checking.recording import record
+      >>> from shard_tutorial.checking.worker import describe_lineage
+      >>> x = jnp.arange(4.0)
+      >>> with record() as recording:
+      ...     y = jnp.sin(x)
+      >>> how, values = describe_lineage(recording, y, (x,), earlier=[x])
+      >>> [p.primitives for p in how.programs], how.made_by[0].kind, how.unknown
+      ([('sin',)], 'program', 0)
     """
     import jax  # noqa: PLC0415
     import numpy as np  # noqa: PLC0415
@@ -475,42 +530,39 @@ def describe_lineage(
     from shard_tutorial.compiled import communication_lines  # noqa: PLC0415
 
     lineage = recording.lineage(received, args, earlier=earlier)
-    programs = []
-    for run in lineage.runs:
-        programs.append(
-            {
-                "order": run.order,
-                "devices": run.devices,
-                "shard_map": "shard_map" in run.primitives,
-                "primitives": sorted(run.primitives),
-                # Empty (nothing reaches the answer) is not None (the program not read).
-                "live": sorted(run.primitives if run.live is None else run.live),
-                "files": sorted(run.files),
-                "lines": [list(line) for line in run.lines[:LINES]],
-                "memory": dict(run.memory),
-                "held_before": run.held_before,
-                "text": communication_lines(run.text)[:TEXT_LIMIT],
-            }
+    programs = tuple(
+        Program(
+            order=run.order,
+            devices=run.devices,
+            shard_map="shard_map" in run.primitives,
+            primitives=tuple(sorted(run.primitives)),
+            # Empty (nothing reaches the answer) is not None (the program not read).
+            live=tuple(sorted(run.primitives if run.live is None else run.live)),
+            files=tuple(sorted(run.files)),
+            lines=tuple((file, line) for file, line in run.lines[:LINES]),
+            memory=dict(run.memory),
+            held_before=run.held_before,
+            text=communication_lines(run.text)[:TEXT_LIMIT],
         )
-    copies = [
-        {"order": c.order, "host": any(h is not None for h in c.host), "line": _line_of(c)}
-        for c in lineage.copies
-    ]
-    made_by = [
-        None
-        if m is None
-        else {"order": m.order, "kind": "copy" if isinstance(m, Copy) else "program"}
+        for run in lineage.runs
+    )
+    copies = tuple(
+        Transfer(c.order, any(h is not None for h in c.host), _line_of(c)) for c in lineage.copies
+    )
+    made_by = tuple(
+        None if m is None else MadeBy(m.order, "copy" if isinstance(m, Copy) else "program")
         for m in lineage.made_by
-    ]
+    )
     leaves = [leaf for leaf in jax.tree.leaves(received) if isinstance(leaf, jax.Array)]
-    candidates, chunks = [], []
+    candidates: list[Candidate] = []
+    chunks: list[bytes] = []
     for item, leaf in enumerate(leaves):
         shape = tuple(leaf.shape)
         found = 0
         for event in lineage.events():
             if found >= CANDIDATES + FINGERPRINTS:
                 break
-            values: list[tuple[str, int, Any]] = []
+            values: list[tuple[Literal["host", "program"], int, Any]] = []
             host = event.host
             values += [("host", 0, h) for h in host if h is not None and np.shape(h) == shape]
             if not isinstance(event, Copy):
@@ -533,59 +585,62 @@ def describe_lineage(
                 # Made from the call's arguments? (Initial parameters made from a seed
                 # are not: that a step which does not move returns them is no shortcut.)
                 from_arguments = made == "host" or recording.lineage(value, args).arguments > 0
-                candidate = {
-                    "item": item, "order": event.order, "made": made, "devices": devices,
-                    "shape": list(shape), "nbytes": len(data), "from_arguments": from_arguments,
-                    # The reader's line that made it (a copy, or a program), for the verdict.
-                    "line": _line_of(event),
-                }  # fmt: skip
-                if found < CANDIDATES:
+                # Past the first few, its digest only: the judge can tell an exact copy
+                # of the answer.
+                digest = None if found < CANDIDATES else fingerprint(array)
+                if digest is None:
                     chunks.append(data)
-                else:  # its digest only: the judge can tell an exact copy of the answer
-                    candidate.update(nbytes=0, fingerprint=fingerprint(array))
-                candidates.append(candidate)
+                candidates.append(
+                    Candidate(
+                        item=item, order=event.order, made=made, devices=devices,
+                        shape=shape, nbytes=0 if digest is not None else len(data),
+                        from_arguments=from_arguments,
+                        # The reader's line that made it (a copy, or a program), for the verdict.
+                        line=_line_of(event), fingerprint=digest,
+                    )
+                )  # fmt: skip
                 found += 1
-    how = {
-        "intact": recording.intact,
-        "programs": programs,
-        "copies": copies,
-        "unknown": lineage.unknown,
+    how = How(
+        intact=recording.intact,
+        programs=programs,
+        copies=copies,
+        unknown=lineage.unknown,
         # The reader's line of the first program (or copy) that took in such an array.
-        "unknown_line": next((line for line in map(_line_of, lineage.unknown_users) if line), None),
-        "made_by": made_by,
-        "candidates": candidates,
-    }
+        unknown_line=next((line for line in map(_line_of, lineage.unknown_users) if line), None),
+        made_by=made_by,
+        candidates=tuple(candidates),
+    )
     return how, b"".join(chunks)
 
 
 def held_on(
-    run_case: Callable[..., tuple[dict[str, Any], bytes]],
+    run_case: Callable[..., Answer | dict[str, Any]],
     solution: Callable[..., Any],
     args: tuple[Any, ...],
     cluster: object = None,
-) -> list[dict[str, Any]]:
+) -> tuple[Held, ...]:
     """What one device held in each program of ``solution(*args)``'s answer: for a budget's growth.
 
+    Args:
+      run_case: :func:`answer_of`, as the worker bound it.
+      solution: the function to call.
+      args: its arguments (the budget's larger copy of a case), laid out as a case's.
+      cluster: the cluster the worker is a process of, or None.
+
     Returns:
-      One ``{"memory": ..., "held_before": ...}`` per program the answer depends on
-      (see :func:`describe_lineage`); empty if the call raised.
+      One :class:`~shard_tutorial.checking.protocol.Held` per program the answer
+      depends on (see :func:`describe_lineage`); empty if the call raised.
 
     Examples:
       >>> import jax.numpy as jnp
-      >>> from shard_tutorial.checking.worker import answer, held_on
-      >>> [sorted(p) for p in held_on(answer, jnp.sin, (jnp.ones(4),))]
-      [['held_before', 'lines', 'memory']]
+      >>> from shard_tutorial.checking.worker import answer_of, held_on
+      >>> [sorted(held.memory) for held in held_on(answer_of, jnp.sin, (jnp.ones(4),))]
+      [['alias', 'argument', 'output', 'peak', 'temp']]
     """
-    event, _ = run_case(solution, args, shards=cluster is not None)
-    programs = event.get("how", {}).get("programs", []) if event.get("event") == "output" else []
-    return [
-        {
-            "memory": p.get("memory", {}),
-            "held_before": p.get("held_before", 0),
-            "lines": p.get("lines", []),  # for the verdict: where the most is held
-        }
-        for p in programs
-    ]
+    made = run_case(solution, args, shards=cluster is not None)
+    if not isinstance(made, Answer) or made.how is None:
+        return ()
+    return tuple(program.held() for program in made.how.programs)
 
 
 def _resolve(name: str) -> Any:
@@ -673,11 +728,12 @@ def main() -> int:
     from shard_tutorial.checking import recording  # noqa: PLC0415
 
     run_case = functools.partial(
-        answer,
+        answer_of,
         record=recording.record,
         intact=recording._Hooks.install().intact,
         helpers=(describe_output, describe_lineage, describe_exception),
     )
+    encode, held, replace = encode_answer, held_on, dataclasses.replace
     sys.path.insert(0, str(Path.cwd()))
     emit(event="loading")
     # The solution's code may raise anything, SystemExit and KeyboardInterrupt
@@ -691,11 +747,17 @@ def main() -> int:
     emit(event="ready", origin=origin, x64=bool(jax.config.jax_enable_x64))
     for index in range(request["start"], len(cases)):
         emit(event="start", case=index)
-        event, payload = run_case(solution, cases[index], shards=cluster is not None)
-        if limits[index] and isinstance(event.get("how"), dict):
-            event["how"]["limits"] = limits[index]
+        made = run_case(solution, cases[index], shards=cluster is not None)
+        if not isinstance(made, Answer):  # it raised
+            emit(case=index, **made)
+            continue
+        if limits[index] and made.how is not None:
+            grown_held = None
             if (grown_args := grown[index]) is not None:
-                event["how"]["grown"] = held_on(run_case, solution, grown_args, cluster)
+                grown_held = held(run_case, solution, grown_args, cluster)
+            budgeted = replace(made.how, limits=limits[index], grown=grown_held)
+            made = replace(made, how=budgeted)
+        event, payload = encode(made)
         emit(payload, case=index, **event)
     emit(event="done")
     return 0
