@@ -17,21 +17,23 @@ import nox
 nox.needs_version = ">=2026.10.20"  # sessions in parallel (`nox --parallel`)
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_existing_virtualenvs = True
-# nox runs four sessions at once (`nox -j 1` runs one at a time), in the order they
+# nox runs three sessions at once (`nox -j 1` runs one at a time), in the order they
 # are defined here, each as soon as a place is free and what it requires has run.
 # Building the site, then auditing it in Chromium (`docs`, then `browser`), is the
 # longest chain of sessions that must wait for each other, so it starts first beside
-# work that nothing waits for and that no clock can fail: the three in-process test
-# passes (the two `tests` and `tests_newest`), which run at a lower CPU priority
-# (`nice`, see _in_background) and take the cores whenever the chain waits or cannot
-# use both. The sessions whose processes have deadlines (the checker's, a cluster's)
-# run at the normal priority, after those (`processes`, `distributed`), with the short
-# sessions. Measured on 2 cores: three at once and no priorities, 1328 s, the site's
-# chain 1095 s of it and the last 8 minutes one session's alone; four at once with the
-# test passes niced, 1107 s, the chain (slowed by the process tests beside `docs`)
-# all of it. Each session spends part of its time waiting (for processes to start JAX,
-# for a hang to be stopped, for a cluster to join, for the package index).
-nox.options.parallel = 4
+# work that nothing waits for and that no clock can fail: the 8-device passes of the
+# in-process tests (the two `tests`), which run at a lower CPU priority (`nice`, see
+# _in_background) and take the cores whenever the chain waits or cannot use both.
+# The sessions whose processes have deadlines (the checker's, a cluster's: `processes`,
+# `distributed`, and the oldest stack's process tests at the end of `tests-3.11`) run at
+# the normal priority, and are defined after `browser` and `site` so that they start
+# once `docs` is done, with the rest. Measured on 2 cores (nox's wall-clock time, the
+# chain's share of it): three at once and no priorities, 1328 s, the chain 1095 s, and
+# the last 8 minutes one session's alone; four at once with the test passes niced,
+# 1107 s, all of it the chain's, `docs` slowed by the process tests started beside it.
+# Each session spends part of its time waiting (for processes to start JAX, for a hang
+# to be stopped, for a cluster to join, for the package index).
+nox.options.parallel = 3
 nox.options.allow_parallel = True
 
 ROOT = Path(__file__).parent
@@ -266,25 +268,6 @@ def docs(session: nox.Session) -> None:
     _build_site(session, *session.posargs)
 
 
-@nox.session(python=TEST_PYTHONS[-1])
-def tests_newest(session: nox.Session) -> None:
-    """Run the newest stack's in-process tests at 1 device.
-
-    The pages' models are tested at 8 devices only, as the pages run them (`tests`);
-    the references' tests against NumPy (ORACLE_ONLY) too: on 1 device every
-    reference is checked against its oracle on every case by the docs build's checks.
-    """
-    _install(session, "test")
-    codes = [0, 5] if session.posargs else [0]
-    _in_background(
-        session, "pytest", "--devices=1",
-        "-m", "not subprocesses and not once and not oldest and not one_device_work",
-        *WORKERS, *[f"--ignore={p}" for p in PAGE_MODELS + ORACLE_ONLY],
-        *_timed(session, "devices1"),
-        *session.posargs, success_codes=codes, env=_jax_env(),
-    )  # fmt: skip
-
-
 @nox.session(python=DOCS_PYTHON, requires=["docs"])
 def browser(session: nox.Session) -> None:
     """Test the site `docs` built in headless Chromium: every page, link and reader action."""
@@ -343,6 +326,25 @@ def site(session: nox.Session) -> None:
 
 
 @nox.session(python=TEST_PYTHONS[-1])
+def tests_newest(session: nox.Session) -> None:
+    """Run the newest stack's in-process tests at 1 device.
+
+    The pages' models are tested at 8 devices only, as the pages run them (`tests`);
+    the references' tests against NumPy (ORACLE_ONLY) too: on 1 device every
+    reference is checked against its oracle on every case by the docs build's checks.
+    """
+    _install(session, "test")
+    codes = [0, 5] if session.posargs else [0]
+    _in_background(
+        session, "pytest", "--devices=1",
+        "-m", "not subprocesses and not once and not oldest and not one_device_work",
+        *WORKERS, *[f"--ignore={p}" for p in PAGE_MODELS + ORACLE_ONLY],
+        *_timed(session, "devices1"),
+        *session.posargs, success_codes=codes, env=_jax_env(),
+    )  # fmt: skip
+
+
+@nox.session(python=TEST_PYTHONS[-1])
 def processes(session: nox.Session) -> None:
     """Run the newest stack's tests that start processes: the checker's, at its own counts.
 
@@ -350,7 +352,7 @@ def processes(session: nox.Session) -> None:
     device counts (the checker's workers run 1 and 8 devices whatever this process
     has), so --devices cannot change its outcome: it runs once, not once per count.
     A session of its own, at the normal CPU priority (its checks have deadlines), and
-    defined after `browser` and `site`, so that it does not start beside `docs`. The
+    defined after `browser` and `site`, so that it starts once `docs` is done. The
     multi-process tests have their own session, `distributed`.
     """
     _install(session, "test")

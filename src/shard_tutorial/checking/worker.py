@@ -464,7 +464,9 @@ def answer_of(
     try:
         how, extra = lineage(recording, received, args, shards=shards, earlier=earlier)
     except BaseException as error:  # noqa: BLE001
-        how, extra = How(error=explain(error).splitlines()[0]), b""
+        # Its first line; an error whose text is empty still says that it was one.
+        first = next(iter(explain(error).splitlines()), "") or type(error).__name__
+        how, extra = How(error=first), b""
     if intact is not None and not intact():
         how = dataclasses.replace(how, intact=False)
     return Answer(header, payload, how, extra, round(seconds, 3))
