@@ -14,6 +14,7 @@ device sends for it, as ring algorithms do.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from collections.abc import Callable
@@ -203,7 +204,11 @@ def parse_operations(program: str) -> dict[str, Operation]:
 
 
 def neighbours(
-    operations: dict[str, Operation], name: str, *, limit: int = 32
+    operations: dict[str, Operation],
+    name: str,
+    *,
+    limit: int = 32,
+    users: dict[str, list[str]] | None = None,
 ) -> tuple[list[Operation], list[Operation], list[Operation]]:
     r"""What feeds the operation ``name`` and what uses it, up to the nearest Python lines.
 
@@ -217,6 +222,8 @@ def neighbours(
       operations: the program's operations (:func:`parse_operations`).
       name: the operation to start from, e.g. ``"%all-gather"``.
       limit: at most this many operations walked on each side.
+      users: the names of the operations that use each value, if already known
+        (:func:`users_of`); found from ``operations`` if not.
 
     Returns:
       ``(producers, consumers, walked)``: the operations where the walk stopped
@@ -238,10 +245,7 @@ def neighbours(
       >>> [o.op_name for o in before], [o.name for o in after], len(walked)
       (['w'], ['%t'], 4)
     """
-    users: dict[str, list[str]] = {}
-    for operation in operations.values():
-        for operand in operation.operands:
-            users.setdefault(operand, []).append(operation.name)
+    users = users_of(operations) if users is None else users
     walked: dict[str, Operation] = {}
     ends: tuple[list[Operation], list[Operation]] = ([], [])
     for side, step in enumerate(
@@ -265,19 +269,48 @@ def neighbours(
     return ends[0], ends[1], list(walked.values())
 
 
+def users_of(operations: dict[str, Operation]) -> dict[str, list[str]]:
+    r"""The names of the operations that use each value, in program order.
+
+    Examples:
+      >>> from shard_tutorial.compiled import parse_operations, users_of
+      >>> users_of(parse_operations("\n".join([
+      ...     "  %p = f32[2]{0} parameter(0)",
+      ...     "  %a = f32[2]{0} add(%p, %p)",
+      ...     "  ROOT %t = f32[2]{0} tanh(%a)",
+      ... ])))
+      {'%p': ['%a', '%a'], '%a': ['%t']}
+    """
+    users: dict[str, list[str]] = {}
+    for operation in operations.values():
+        for operand in operation.operands:
+            users.setdefault(operand, []).append(operation.name)
+    return users
+
+
+_PARENTHESIS = re.compile(r"[()]")
+
+
 def _closing(rest: str) -> int:
     """Where the parenthesis open before ``rest`` closes in it (its length if it does not)."""
     depth = 1
-    for index, char in enumerate(rest):
-        depth += {"(": 1, ")": -1}.get(char, 0)
+    for match in _PARENTHESIS.finditer(rest):  # the parentheses only, not every character
+        depth += 1 if match.group() == "(" else -1
         if depth == 0:
-            return index
+            return match.start()
     return len(rest)
+
+
+@functools.cache
+def _field_pattern(key: str) -> re.Pattern[str]:
+    return re.compile(rf'\b{key}=(?:"(?P<quoted>[^"]*)"|(?P<bare>[^\s,]+))')
 
 
 def _field(fields: str, key: str) -> str:
     """One field of an operation's metadata, unquoted; empty if absent."""
-    match = re.search(rf'\b{key}=(?:"(?P<quoted>[^"]*)"|(?P<bare>[^\s,]+))', fields)
+    if f"{key}=" not in fields:  # most keys are absent from most operations' metadata
+        return ""
+    match = _field_pattern(key).search(fields)
     if match is None:
         return ""
     return match["quoted"] if match["quoted"] is not None else match["bare"]
@@ -763,8 +796,11 @@ def host_callbacks(program: str) -> list[str]:
 
 # The operations through which a computation runs others whose collectives then run with it.
 _ROUTES = re.compile(r"\s(while|conditional|call|async-start)\(")
+# A line that names a collective: " all-reduce", " all-gather-start", ...
+_ANY_KIND = re.compile(" (?:" + "|".join(re.escape(kind) for kind in KINDS) + ")")
 
 
+@functools.lru_cache(maxsize=64)  # a call runs the same program many times (a loop, a step)
 def communication_lines(program: str) -> str:
     r"""The lines of a compiled program that say what it sends, and how often.
 
@@ -800,25 +836,29 @@ def communication_lines(program: str) -> str:
       >>> [(c.kind, runs) for c, runs in parse_runs(communication_lines(program))]
       [('all-reduce', 3)]
     """
-    operations = parse_operations(program)
-    near = {
-        around.name
-        for operation in operations.values()
-        if operation.opcode.removesuffix("-start") in KINDS
-        for around in neighbours(operations, operation.name)[2]
-    }
+    lines = program.splitlines()
+    near: set[str] = set()
+    if any(_ANY_KIND.search(line) for line in lines):  # else nothing to tie to a line
+        operations = parse_operations(program)
+        users = users_of(operations)
+        near = {
+            around.name
+            for operation in operations.values()
+            if operation.opcode.removesuffix("-start") in KINDS
+            for around in neighbours(operations, operation.name, users=users)[2]
+        }
     kept = [
         line
-        for line in program.splitlines()
+        for line in lines
         if line.startswith("HloModule")
         or line.strip() == "}"
         or _COMPUTATION.match(line)
         or _ROUTES.search(line)
-        or any(f" {kind}" in line for kind in KINDS)
+        or _ANY_KIND.search(line)
         or ("custom-call(" in line and "callback" in line)  # a call back into Python
         or line in _TABLES
         or _TABLE_ENTRY.match(line)
-        or _defined(line) in near
+        or (near and _defined(line) in near)
     ]
     return "\n".join(kept)
 
