@@ -27,12 +27,14 @@ nox.options.reuse_existing_virtualenvs = True
 # The sessions whose processes have deadlines (the checker's, a cluster's: `processes`,
 # `distributed`, and the oldest stack's process tests at the end of `tests-3.11`) run at
 # the normal priority, and are defined after `browser` and `site` so that they start
-# once `docs` is done, with the rest. Measured on 2 cores (nox's wall-clock time, the
-# chain's share of it): three at once and no priorities, 1328 s, the chain 1095 s, and
-# the last 8 minutes one session's alone; four at once with the test passes niced,
-# 1107 s, all of it the chain's, `docs` slowed by the process tests started beside it.
-# Each session spends part of its time waiting (for processes to start JAX, for a hang
-# to be stopped, for a cluster to join, for the package index).
+# once `docs` is done, with the rest; `lint` (niced too) before them, so that the run
+# does not end on it alone. Measured on 2 cores (nox's wall-clock time): three at once
+# and no priorities, 1328 s, the site's chain 1095 s of it and the last 8 minutes one
+# session's alone; four at once with the test passes niced, 1107 s, all of it the
+# chain's (`docs` slowed by the process tests started beside it); as here, 1068 s, both
+# cores busy from the first minute to the last but one. Each session spends part of its
+# time waiting (for processes to start JAX, for a hang to be stopped, for a cluster to
+# join, for the package index): a third session's work fills those waits.
 nox.options.parallel = 3
 nox.options.allow_parallel = True
 
@@ -325,6 +327,24 @@ def site(session: nox.Session) -> None:
     )  # fmt: skip
 
 
+@nox.session(python=DOCS_PYTHON)
+def lint(session: nox.Session) -> None:
+    """Lint, format-check and type-check the code; validate .readthedocs.yaml; repo-review."""
+    _install(session, "lint")
+    _in_background(session, "ruff", "check", ".")
+    _in_background(session, "ruff", "format", "--check", ".")
+    pages = [str(p) for p in sorted(ROOT.glob("docs/**/*.md")) if "_build" not in p.parts]
+    # nbqa turns each MyST page into Python through jupytext. (Its --nbqa-md flag is for
+    # Markdown tools: with it, ruff is handed .md files, finds no Python and passes.)
+    _in_background(session, "nbqa", f"ruff check --select {PAGE_RULES}", *pages)
+    _in_background(session, "nbqa", "ruff format --check --line-length 80", *pages)
+    _in_background(session, "mypy", "src")
+    _in_background(
+        session, "check-jsonschema", "--builtin-schema", "vendor.readthedocs", ".readthedocs.yaml"
+    )
+    _in_background(session, "repo-review", ".")
+
+
 @nox.session(python=TEST_PYTHONS[-1])
 def tests_newest(session: nox.Session) -> None:
     """Run the newest stack's in-process tests at 1 device.
@@ -393,24 +413,6 @@ def doctests(session: nox.Session) -> None:
         "pytest", "--devices=8", "--doctest-modules", "src", *_timed(session, "all"),
         *session.posargs, env=_jax_env(),
     )  # fmt: skip
-
-
-@nox.session(python=DOCS_PYTHON)
-def lint(session: nox.Session) -> None:
-    """Lint, format-check and type-check the code; validate .readthedocs.yaml; repo-review."""
-    _install(session, "lint")
-    _in_background(session, "ruff", "check", ".")
-    _in_background(session, "ruff", "format", "--check", ".")
-    pages = [str(p) for p in sorted(ROOT.glob("docs/**/*.md")) if "_build" not in p.parts]
-    # nbqa turns each MyST page into Python through jupytext. (Its --nbqa-md flag is for
-    # Markdown tools: with it, ruff is handed .md files, finds no Python and passes.)
-    _in_background(session, "nbqa", f"ruff check --select {PAGE_RULES}", *pages)
-    _in_background(session, "nbqa", "ruff format --check --line-length 80", *pages)
-    _in_background(session, "mypy", "src")
-    _in_background(
-        session, "check-jsonschema", "--builtin-schema", "vendor.readthedocs", ".readthedocs.yaml"
-    )
-    _in_background(session, "repo-review", ".")
 
 
 @nox.session(python=DOCS_PYTHON, default=False)
