@@ -17,7 +17,8 @@ import dataclasses
 import functools
 import math
 import re
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -316,7 +317,7 @@ def _field(fields: str, key: str) -> str:
     return match["quoted"] if match["quoted"] is not None else match["bare"]
 
 
-def _stack(fields: str, frames: dict[int, tuple[Frame, int]]) -> tuple[Frame, ...]:
+def _stack(fields: str, frames: Mapping[int, tuple[Frame, int]]) -> tuple[Frame, ...]:
     """The Python lines an operation's metadata points at, innermost first."""
     frame_id = _field(fields, "stack_frame_id")
     stack: list[Frame] = []
@@ -331,7 +332,8 @@ def _stack(fields: str, frames: dict[int, tuple[Frame, int]]) -> tuple[Frame, ..
     return tuple(stack)
 
 
-def _stack_frames(program: str) -> dict[int, tuple[Frame, int]]:
+@functools.lru_cache(maxsize=64)  # read by each parser of the same program in turn
+def _stack_frames(program: str) -> Mapping[int, tuple[Frame, int]]:
     """The module's stack frames: ``{id: (frame, parent id)}``, a parent of 0 for none.
 
     XLA prints ``parent_frame_id`` one more than the parent's id, 1 for a frame
@@ -366,7 +368,7 @@ def _stack_frames(program: str) -> dict[int, tuple[Frame, int]]:
         location, parent = _field(fields, "file_location_id"), _field(fields, "parent_frame_id")
         if location.isdigit() and int(location) in locations:
             frames[key] = (locations[int(location)], max(int(parent or 1) - 1, 0))
-    return frames
+    return types.MappingProxyType(frames)  # one copy for every caller: read-only
 
 
 @dataclasses.dataclass(frozen=True)
@@ -582,7 +584,7 @@ def parse_collectives(program: str, *, resolve_operands: bool = False) -> list[C
 
 
 def _parse_collectives(
-    raw: list[str], resolve_operands: bool, frames: dict[int, tuple[Frame, int]]
+    raw: list[str], resolve_operands: bool, frames: Mapping[int, tuple[Frame, int]]
 ) -> list[Collective]:
     """:func:`parse_collectives` of some lines of a program, with the program's stack frames."""
     lines = [_COMMENT.sub("", line) for line in raw]
