@@ -41,7 +41,9 @@ def judged(problem: Problem, solution: Callable[..., Any], case: Case) -> tuple[
     grown = None
     if grow is not None and "growth" in limits:  # made from the case, laid out as it is
         grown = problem.arranged(Case(case.label, grow(case.jax_args())))
-    made = answer_of(solution, args)
+    technique = problem.technique
+    stays = () if technique is None or technique.stays is None else technique.stays.arguments
+    made = answer_of(solution, args, stays=stays)
     if not isinstance(made, Answer):
         return "error", made["message"]
     if limits and made.how is not None:  # as the worker adds them

@@ -10,10 +10,12 @@ that sends every head to every device (bytes sent). Judged in this process
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -72,8 +74,12 @@ def test_an_all_to_all_of_every_head_is_over_the_sent_budget(device_count):
     assert "where this problem allows 896" in message  # 4 x 7/8 x 256
 
 
-def whole_k_and_v(q, k, v, causal=False):
-    """k and v placed whole on every device (in_specs=P()), each device slicing its heads."""
+def whole_k_and_v(q, k, v, causal=False, *, through_host=True):
+    """k and v placed whole on every device (in_specs=P()), each device slicing its heads.
+
+    Through the host (``np.asarray``, then ``jax.device_put``) unless asked: a copy
+    from the host sends nothing between devices, so only what a device holds shows it.
+    """
     length, heads, _ = q.shape
     mesh = axis_mesh("seq", math.gcd(length, heads))
     n = mesh.shape["seq"]
@@ -86,14 +92,16 @@ def whole_k_and_v(q, k, v, causal=False):
 
     tokens, whole = P("seq", None, None), P()
     q = jax.device_put(q, NamedSharding(mesh, tokens))
+    if through_host:
+        k, v = np.asarray(k), np.asarray(v)
     k, v = (jax.device_put(a, NamedSharding(mesh, whole)) for a in (k, v))
     attend = jax.shard_map(local, mesh=mesh, in_specs=(tokens, whole, whole), out_specs=tokens)
     return jax.jit(attend)(q, k, v)
 
 
 def test_k_and_v_whole_on_every_device_is_over_the_held_budget(device_count):
-    # Right values, all-to-alls only and fewer bytes sent than asked: only what it holds
-    # tells it from Ulysses.
+    # Right values, all-to-alls only and fewer bytes sent than asked (k and v made whole
+    # through the host): only what it holds tells it from Ulysses.
     status, message = judged(PROBLEM, whole_k_and_v, BIG)
     if device_count == 1:
         assert status == "pass", message  # one device holds everything: no limit there
@@ -101,6 +109,20 @@ def test_k_and_v_whole_on_every_device_is_over_the_held_budget(device_count):
     assert status == "budget", message
     assert "its arguments, outputs and temporaries" in message
     assert f"where this problem allows {PROBLEM.budget.limits(BIG.args)['held']:,.0f}" in message
+
+
+def test_k_and_v_gathered_by_a_device_put_count_as_sent(device_count):
+    # The same gather by a copy from one layout to another: the bytes it moves between
+    # devices count as sent, as an all-gather's would.
+    status, message = judged(PROBLEM, functools.partial(whole_k_and_v, through_host=False), BIG)
+    if device_count == 1:
+        assert status == "pass", message
+        return
+    assert status == "budget", message
+    n = min(device_count, 8)
+    moved = 2 * (n - 1) * int(np.size(BIG.args[1])) // n * 4  # k and v, less a device's block
+    assert f"2 jax.device_puts from one layout to another, {moved:,} bytes to a device" in message
+    assert "Moved by jax.device_put:" in message
 
 
 def test_the_pasted_reference_passes_on_the_big_case(tmp_path):

@@ -30,6 +30,7 @@ __all__ = [
     "Forbidden",
     "Placement",
     "Problem",
+    "Stays",
     "Technique",
     "first_block_only",
     "no_communication",
@@ -94,13 +95,18 @@ class Forbidden:
       kind: the HLO operation, e.g. ``"all-gather"``.
       why: the end of the verdict's sentence, e.g. ``"x must never be gathered whole"``.
       at_least: given a case's arguments, the fewest bytes (per device) at which
-        the collective is forbidden; None: at any size. FSDP's step may all-reduce
-        ``b``'s gradient, but not one the size of ``w``.
+        a collective of this kind is forbidden; None: at any size. FSDP's step
+        may all-reduce ``b``'s gradient, but not one the size of ``w``.
+      together: whether ``at_least`` limits the bytes of all of an answer's
+        collectives of this kind together, not of each one: FSDP's gradient of
+        ``w`` all-reduced in two halves moves as much as one all-reduce would
+        (off where a right answer runs many small ones: the hops of a ring).
     """
 
     kind: str
     why: str
     at_least: Callable[[tuple[Any, ...]], int] | None = dataclasses.field(default=None, repr=False)
+    together: bool = False
 
 
 def no_communication(why: str) -> tuple[Forbidden, ...]:
@@ -152,6 +158,8 @@ class Technique:
         primitives; their empty results need not reach the answer) instead; the
         forbidden collectives and the budget are still read from the compiled
         program.
+      stays: arguments whose data never leaves its devices (see :class:`Stays`);
+        None: no such rule.
 
     What is asked depends on the case, as the statement says: on a mesh of one
     device (or where the collective's axis has one device) a ring of ``n - 1``
@@ -178,6 +186,33 @@ class Technique:
     traced: Callable[[tuple[Any, ...]], str | None] | None = dataclasses.field(
         default=None, repr=False
     )
+    stays: Stays | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Stays:
+    """Arguments whose data never leaves its devices, as the statement says.
+
+    No collective of the answer's programs may pass their data on unchanged:
+    sliced, padded, reshaped, copied or passed on by another collective
+    (:func:`shard_tutorial.checking.movement.moved`), nor may a ``jax.device_put``
+    move it between devices. What a right answer sends is computed from it (an
+    activation, a gradient's partial sum), which this rule does not follow.
+
+    Attributes:
+      arguments: the positions of those arguments (every array of each one).
+      names: what the verdict calls them, e.g. ``"w (the stages' layers)"``.
+      why: the end of the verdict's sentence: what the technique sends instead.
+
+    Examples:
+      >>> from shard_tutorial.problems import get_problem
+      >>> get_problem("pipeline_train_step").technique.stays.arguments
+      (2,)
+    """
+
+    arguments: tuple[int, ...]
+    names: str
+    why: str
 
 
 @dataclasses.dataclass(frozen=True)

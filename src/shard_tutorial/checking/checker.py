@@ -603,6 +603,7 @@ class _Check:
             "arrange": _qualified(self.problem.arrange),
             "limits": _qualified(self.problem.budget.limits if self.problem.budget else None),
             "grown": _qualified(self.problem.budget.grown if self.problem.budget else None),
+            "stays": list(_stays(self.problem)),
             "parent": parent,  # the worker dies with the checker, even by SIGKILL
         }
         assert process.stdin is not None
@@ -624,6 +625,12 @@ class _Check:
 def _worker_environment() -> dict[str, str]:
     """The environment of a worker but for the check's token: the checker's, and its path."""
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+
+
+def _stays(problem: Problem) -> tuple[int, ...]:
+    """The positions of the arguments whose data the problem keeps on its devices."""
+    technique = problem.technique
+    return () if technique is None or technique.stays is None else technique.stays.arguments
 
 
 def _qualified(function: Callable[..., Any] | None) -> str | None:

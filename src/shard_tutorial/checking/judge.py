@@ -44,6 +44,7 @@ from shard_tutorial.checking.protocol import (
     How,
     Line,
     Program,
+    Transfer,
     Verdict,
 )
 from shard_tutorial.checking.report import RAN, RAN_NO_COLLECTIVE, explained
@@ -67,6 +68,16 @@ _PRIMITIVES_OF_KIND = {
     "reduce-scatter": {"psum_scatter", "reduce_scatter"},
     "collective-permute": {"ppermute", "pshuffle"},
     "all-to-all": {"all_to_all", "ragged_all_to_all"},
+}
+
+_KIND_OF_PRIMITIVE = {p: kind for kind, names in _PRIMITIVES_OF_KIND.items() for p in names}
+# The jax.lax function a reader called for each collective primitive.
+_FUNCTION_OF_PRIMITIVE = {
+    "all_gather_invariant": "all_gather",
+    "psum2": "psum",
+    "psum_invariant": "psum",
+    "pshuffle": "ppermute",
+    "reduce_scatter": "psum_scatter",
 }
 
 
@@ -443,11 +454,12 @@ def _judge_how(
         # What computes the technique's part cannot reach a right answer here, and a
         # compiler may drop it (0 * grad): its absence is no mistake.
         return Verdict.PASS, f"{NOT_JUDGED['hidden']}: {hidden}"
-    verdict = _judge_technique(technique, case, devices, wanted, considered, practises)
+    moved = [t for t in how.copies if latest is None or t.order <= latest]
+    verdict = _judge_technique(technique, case, devices, wanted, considered, practises, moved)
     if verdict is None and _one_device(technique, case, devices, wanted):
         return Verdict.PASS, NOT_JUDGED["one device"]  # nothing is sent, nor split, to budget
     if verdict is None and problem.budget is not None and how.limits:
-        verdict = _judge_budget(problem.budget, how.limits, considered, how.grown)
+        verdict = _judge_budget(problem.budget, how.limits, considered, how.grown, moved)
     return verdict
 
 
@@ -499,11 +511,14 @@ def _judge_budget(
     limits: Mapping[str, float],
     programs: Sequence[Program],
     grown: Sequence[Held] | None = None,
+    copies: Sequence[Transfer] = (),
 ) -> tuple[Verdict, str] | None:
     """The verdict on what the programs an answer came from send and hold, per device.
 
     ``grown``: what each program of the answer to the budget's larger copy of the
     case held (:func:`shard_tutorial.checking.worker.held_on`), for ``"growth"``.
+    ``copies``: the copies the answer came from; what a ``jax.device_put`` from one
+    layout to another moved between devices counts as sent, as a collective's would.
 
     Examples:
       >>> from shard_tutorial.checking.judge import _judge_budget
@@ -537,11 +552,19 @@ def _judge_budget(
             bytes_sent, collectives = sent_by(program.text, program.devices)
             sent += bytes_sent
             found += collectives
+        put = [c for c in copies if c.received > 0]
+        sent += sum(c.received for c in put)
         if sent > float(limits["sent"]) * (1 + 1e-9):
+            what = [f"{_listed(found)}, counted as ring algorithms send them"] if found else []
+            if put:
+                what.append(
+                    f"{len(put)} jax.device_put{'s' if len(put) > 1 else ''} from one layout to "
+                    f"another, {sum(c.received for c in put):,} bytes to a device"
+                )
             return Verdict.BUDGET, (
-                f"right values, but each device sends {sent:,.0f} bytes ({_listed(found)}, "
-                f"counted as ring algorithms send them), where this problem allows "
-                f"{float(limits['sent']):,.0f}: {budget.why}" + _where(programs)
+                f"right values, but each device sends {sent:,.0f} bytes ({'; '.join(what)}), "
+                f"where this problem allows "
+                f"{float(limits['sent']):,.0f}: {budget.why}" + _where(programs) + _put_at(put)
             )
     if "peak" in limits:
         peaks = [p.memory.get("peak", 0) for p in programs]
@@ -603,8 +626,13 @@ def _judge_technique(
     wanted: int,
     programs: Sequence[Program],
     practises: str,
+    copies: Sequence[Transfer] = (),
 ) -> tuple[Verdict, str] | None:
-    """The verdict on the collectives (and shard_map) of the programs an answer came from."""
+    """The verdict on the collectives (and shard_map) of the programs an answer came from.
+
+    ``copies``: the copies to the devices the answer came from (a ``jax.device_put``
+    may move what :attr:`shard_tutorial.problem.Technique.stays` keeps in place).
+    """
     found: list[Collective] = []
     for program in programs:
         for collective in parse_collectives(program.text):
@@ -675,7 +703,13 @@ def _judge_technique(
             )
     for rule in technique.forbidden:
         limit = rule.at_least(case.args) if rule.at_least is not None else 0
-        over = [c for c in found if c.kind == rule.kind and _moved(c) >= limit]
+        of_kind = [c for c in found if c.kind == rule.kind]
+        if rule.together:
+            # Split in pieces (two halves of w's gradient all-reduced, kept apart by
+            # an optimization barrier), they move as much as one would.
+            over = of_kind if of_kind and sum(_moved(c) for c in of_kind) >= limit else []
+        else:
+            over = [c for c in of_kind if _moved(c) >= limit]
         if over:
             asked = " and ".join(
                 " or ".join(KINDS_IN_WORDS.get(kind, kind) for kind in alternatives)
@@ -686,6 +720,20 @@ def _judge_technique(
                 + (f" where {asked} was asked" if asked else "")
                 + f": {rule.why}"
                 + _lines(programs, {rule.kind})
+            )
+    # Past the collectives asked for and forbidden: what stays in place, moved anyway.
+    if technique.stays is not None:
+        carried = sorted({name for p in programs for name in p.carries})
+        put = [c for c in copies if c.carries]
+        if carried or put:
+            functions = sorted({_FUNCTION_OF_PRIMITIVE.get(name, name) for name in carried})
+            named = [f"jax.lax.{name}" for name in functions] + ["jax.device_put"] * bool(put)
+            return Verdict.TECHNIQUE, (
+                f"right values, but {technique.stays.names} travels between devices, passed on "
+                f"unchanged ({', '.join(named)} of it, or of slices, copies or zero-padded "
+                f"blocks of it): {technique.stays.why}"
+                + _lines(programs, {_KIND_OF_PRIMITIVE.get(name, "") for name in carried})
+                + _put_at(put)
             )
     return None
 
@@ -758,6 +806,20 @@ def _copied_at(line: Line | None) -> str:
     frame = Frame(*line)
     where = f"line {frame.line} of {Path(frame.file).name}: {_code(frame)}"
     return f"\nWhere:\n  {where}"
+
+
+def _put_at(copies: Sequence[Transfer]) -> str:
+    """``"Moved by jax.device_put: line 9 of answer.py: ..."``: the reader's lines that moved data."""
+    from shard_tutorial.explain import _code  # noqa: PLC0415 (Rich, lazily)
+
+    lines = [
+        f"  line {frame.line} of {Path(frame.file).name}: {_code(frame)}  <- "
+        f"{c.received:,} B to a device"
+        for c in copies
+        if c.line
+        for frame in [Frame(*c.line)]
+    ]
+    return "\nMoved by jax.device_put:\n" + "\n".join(lines) if lines else ""
 
 
 def _lines(programs: Sequence[Program], kinds: set[str] | None = None, *, most: int = 4) -> str:

@@ -173,6 +173,9 @@ class Program:
         made earlier and still kept (see :class:`Held`).
       text: the lines of its compiled text that say what it sends and how often
         (:func:`shard_tutorial.compiled.communication_lines`).
+      carries: the collectives (JAX's primitive names) that pass on, unchanged, data
+        the problem keeps on its devices (:func:`shard_tutorial.checking.movement.moved`),
+        sorted.
 
     Examples:
       >>> from shard_tutorial.checking.protocol import Program
@@ -191,6 +194,7 @@ class Program:
     memory: Mapping[str, int] = dataclasses.field(default_factory=dict)
     held_before: int = 0
     text: str = ""
+    carries: tuple[str, ...] = ()
 
     def held(self) -> Held:
         """What one device held while this program ran.
@@ -222,6 +226,7 @@ class Program:
             "memory": dict(self.memory),
             "held_before": self.held_before,
             "text": self.text,
+            "carries": list(self.carries),
         }
 
     @classmethod
@@ -249,6 +254,7 @@ class Program:
             memory=_memory(found),
             held_before=_int(found, "held_before"),
             text=_str(found, "text"),
+            carries=_strings(found, "carries"),
         )
 
 
@@ -261,16 +267,23 @@ class Transfer:
       host: whether it sent host data (a NumPy array, a Python number), not an array
         already on devices.
       line: the reader's line that asked for it, or None.
+      received: the most bytes one device received from other devices
+        (:func:`shard_tutorial.checking.recording.received_bytes`): what a copy from
+        one layout to another sends, outside any program.
+      carries: whether what it moved between devices is data the problem keeps on
+        its devices.
 
     Examples:
       >>> from shard_tutorial.checking.protocol import Transfer
-      >>> Transfer.from_json({"order": 2, "host": True, "line": ["answer.py", 7]})
-      Transfer(order=2, host=True, line=('answer.py', 7))
+      >>> Transfer.from_json({"order": 2, "host": True, "line": ["answer.py", 7], "received": 0, "carries": False})
+      Transfer(order=2, host=True, line=('answer.py', 7), received=0, carries=False)
     """
 
     order: int
     host: bool
     line: Line | None = None
+    received: int = 0
+    carries: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """This copy as JSON-ready data (for :func:`encode_answer`).
@@ -278,9 +291,15 @@ class Transfer:
         Examples:
           >>> from shard_tutorial.checking.protocol import Transfer
           >>> Transfer(1, False).to_json()
-          {'order': 1, 'host': False, 'line': None}
+          {'order': 1, 'host': False, 'line': None, 'received': 0, 'carries': False}
         """
-        return {"order": self.order, "host": self.host, "line": _line_json(self.line)}
+        return {
+            "order": self.order,
+            "host": self.host,
+            "line": _line_json(self.line),
+            "received": self.received,
+            "carries": self.carries,
+        }
 
     @classmethod
     def from_json(cls, data: object) -> Transfer:
@@ -288,14 +307,20 @@ class Transfer:
 
         Examples:
           >>> from shard_tutorial.checking.protocol import Transfer
-          >>> Transfer.from_json({"order": 1, "host": False, "line": None})
-          Transfer(order=1, host=False, line=None)
-          >>> Transfer.from_json({"order": 1, "host": False})
+          >>> Transfer.from_json({"order": 1, "host": False, "line": None, "received": 96, "carries": True})
+          Transfer(order=1, host=False, line=None, received=96, carries=True)
+          >>> Transfer.from_json({"order": 1, "host": False, "received": 0, "carries": False})
           Traceback (most recent call last):
           ValueError: no 'line'
         """
         found = _object(data)
-        return cls(_int(found, "order"), _bool(found, "host"), _line(_get(found, "line")))
+        return cls(
+            _int(found, "order"),
+            _bool(found, "host"),
+            _line(_get(found, "line")),
+            _int(found, "received"),
+            _bool(found, "carries"),
+        )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -41,9 +41,10 @@ import numpy as np
 
 from shard_tutorial.checking import jax_internals as internals
 from shard_tutorial.checking.dataflow import Flow, flow
+from shard_tutorial.checking.movement import Moved, moved
 from shard_tutorial.compiled import memory_of
 
-__all__ = ["Copy", "Lineage", "Recording", "Run", "record"]
+__all__ = ["Copy", "Lineage", "Recording", "Run", "received_bytes", "record"]
 
 _PARTITIONS = re.compile(r"num_partitions=(\d+)")
 _REPLICAS = re.compile(r"replica_count=(\d+)")
@@ -82,6 +83,8 @@ class Run:
       unseen: for each input, whether it is an array the recording did not see
         made (see :meth:`Recording.unseen`), judged as the program started;
         empty: not judged then.
+      carries: the collectives that pass on, unchanged, data the problem keeps in
+        place (:attr:`Recording.stays`; :func:`shard_tutorial.checking.movement.moved`).
     """
 
     order: int
@@ -98,6 +101,7 @@ class Run:
     held_before: int = 0
     lines: tuple[tuple[str, int], ...] = ()
     unseen: tuple[bool, ...] = ()
+    carries: frozenset[str] = frozenset()
 
 
 @dataclasses.dataclass
@@ -115,6 +119,11 @@ class Copy:
         (None if there is none).
       unseen: for each value put, whether it is an array the recording did not
         see made (see :meth:`Recording.unseen`); empty: not judged.
+      received: the most bytes one device received from other devices, over the
+        values put that were arrays on devices (:func:`received_bytes`): what a
+        copy from one layout to another sent, outside any program.
+      carries: whether it moved, between devices, data the problem keeps in place
+        (:attr:`Recording.stays`).
     """
 
     order: int
@@ -123,6 +132,75 @@ class Copy:
     outputs: tuple[Any, ...]
     where: tuple[str, int] | None = None
     unseen: tuple[bool, ...] = ()
+    received: int = 0
+    carries: bool = False
+
+
+def received_bytes(source: jax.Array, result: jax.Array) -> int:
+    """The most bytes one device of ``result`` holds that it did not hold of ``source``.
+
+    What a copy of ``source`` to ``result``'s layout (a ``jax.device_put``) moved
+    between devices, for the device that received most: nothing when each device
+    already held its new block (a replicated array split, the same layout
+    again), a whole array less the block it kept when a split array is made
+    whole on every device. An array on one device counts as host data: laying
+    out inputs that arrive on the default device is what a problem asks for, so
+    nothing is counted as received then (gathering onto one device is).
+
+    Examples:
+      >>> import jax, numpy as np
+      >>> from jax.sharding import NamedSharding, PartitionSpec as P
+      >>> from shard_tutorial.checking.recording import received_bytes
+      >>> mesh = jax.make_mesh((jax.device_count(),), ("x",))
+      >>> split = jax.device_put(np.zeros(8 * 4, np.float32), NamedSharding(mesh, P("x")))
+      >>> whole = jax.device_put(split, NamedSharding(mesh, P()))
+      >>> received_bytes(split, whole) == 8 * 4 * 4 * (1 - 1 / jax.device_count())
+      True
+      >>> received_bytes(whole, jax.device_put(whole, NamedSharding(mesh, P("x"))))
+      0
+      >>> loose = jax.numpy.zeros(8 * 4)  # on the default device
+      >>> received_bytes(loose, jax.device_put(loose, NamedSharding(mesh, P("x"))))
+      0
+      >>> one = jax.device_put(split, jax.devices()[0])  # gathered onto device 0
+      >>> received_bytes(split, one) == 8 * 4 * 4 * (1 - 1 / jax.device_count())
+      True
+    """
+    shape = tuple(result.shape)
+    if tuple(source.shape) != shape or len(source.sharding.device_set) == 1:
+        # From one device: how a problem's inputs that arrive on the default device
+        # are laid out, which its statement asks for. (Gathering onto one device is
+        # counted: that copy's source is split.)
+        return 0
+    try:
+        held = source.sharding.devices_indices_map(shape)
+        wanted = result.sharding.devices_indices_map(shape)
+    except Exception:  # noqa: BLE001 (a layout that cannot say where its blocks lie: not counted)
+        return 0
+    most = 0
+    for device, index in wanted.items():
+        box = _box(index, shape)
+        own = held.get(device)
+        kept = _volume(_overlap(box, _box(own, shape))) if own is not None else 0
+        most = max(most, _volume(box) - kept)
+    return most * np.dtype(result.dtype).itemsize
+
+
+def _box(index: tuple[Any, ...], shape: tuple[int, ...]) -> list[tuple[int, int]]:
+    """A block's ``(start, stop)`` on each axis, from the slices ``devices_indices_map`` gives."""
+    box = []
+    for axis, length in enumerate(shape):
+        part = index[axis] if axis < len(index) else slice(None)
+        start, stop, _ = part.indices(length) if isinstance(part, slice) else (part, part + 1, 1)
+        box.append((start, max(start, stop)))
+    return box
+
+
+def _overlap(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    return [(max(s, t), max(s, t, min(e, f))) for (s, e), (t, f) in zip(a, b, strict=True)]
+
+
+def _volume(box: list[tuple[int, int]]) -> int:
+    return math.prod(stop - start for start, stop in box)
 
 
 @functools.cache
@@ -204,6 +282,10 @@ class Recording:
       existed: the ``id`` of each array alive when the recording started, whether or
         not :attr:`earlier` counts them: where a copy read through the host (see
         :func:`_same_values`) looks for its source first.
+      stays: the key (:func:`_key`) of each array whose data must stay on its
+        devices (a pipeline's layers, say), and of each array recorded events made
+        of that data rearranged (a slice, a copy, a padded block: see
+        :func:`shard_tutorial.checking.movement.moved`); empty: nothing is followed.
     """
 
     runs: list[Run] = dataclasses.field(default_factory=list)
@@ -220,6 +302,25 @@ class Recording:
     _copy_of: dict[int, int] = dataclasses.field(default_factory=dict, repr=False)
     # The key (_key) of every array a recorded event made: see unseen.
     _made: set[int] = dataclasses.field(default_factory=set, repr=False)
+    stays: set[int] = dataclasses.field(default_factory=set)
+
+    def keep_in_place(self, values: Sequence[Any]) -> None:
+        """Follow the data of every array in ``values`` (pytrees): see :attr:`stays`.
+
+        Examples:
+          >>> import jax, jax.numpy as jnp
+          >>> from shard_tutorial.checking.recording import record
+          >>> w = jnp.ones((8, 2))
+          >>> with record() as recording:
+          ...     recording.keep_in_place([w])
+          ...     block = jax.jit(lambda w: w[:2].T)(w)  # a rearrangement: followed
+          ...     total = jax.jit(lambda w: w.sum())(w)  # arithmetic: not
+          >>> [_key(block) in recording.stays, _key(total) in recording.stays]
+          [True, False]
+        """
+        self.stays.update(
+            _key(leaf) for leaf in jax.tree.leaves(list(values)) if isinstance(leaf, jax.Array)
+        )
 
     def unseen(self, inputs: Sequence[int | None]) -> tuple[bool, ...]:
         """For each input of an event about to be recorded, whether the recording did not see it made.
@@ -657,6 +758,9 @@ class _Hooks:
         self.call_impl: Callable[..., Any] = internals.PJIT_CALL.get()
         self.put_impl: Callable[..., Any] = internals.DEVICE_PUT.get()
         hooks = self
+        # What movement.moved found in each compiled program, for each choice of inputs
+        # that hold data to stay put: (program, found).
+        self.movements: dict[tuple[int, tuple[bool, ...]], tuple[Any, Moved]] = {}
         # What was read of each compiled program once:
         # (program, text, memory, primitives, files, lines, flow).
         self.programs: dict[
@@ -694,6 +798,9 @@ class _Hooks:
                 if _placement_copy(primitives, args, out_flat):
                     recording._copy_of[id(out_flat[0])] = id(args[0])
                 inputs = tuple(_key(a) if k else None for a, k in zip(args, arrays, strict=True))
+                carries: frozenset[str] = frozenset()
+                if recording.stays:
+                    carries = hooks.follow(recording, compiled, jaxpr, inputs, out_flat)
                 with _LOCK:
                     recording._add(
                         Run(
@@ -712,6 +819,7 @@ class _Hooks:
                             # Eager operations trace no line of the reader's: where they ran.
                             lines or tuple(filter(None, [_readers_line()])),
                             recording.unseen(inputs),
+                            carries,
                         )
                     )
             return result
@@ -722,6 +830,14 @@ class _Hooks:
             if recording is not None:
                 arrays = [isinstance(x, jax.Array) for x in xs]
                 inputs = tuple(_key(x) if a else None for x, a in zip(xs, arrays, strict=True))
+                received = [
+                    received_bytes(x, out) if a and isinstance(out, jax.Array) else 0
+                    for x, out, a in zip(xs, outputs, arrays, strict=False)
+                ]
+                kept = [key is not None and key in recording.stays for key in inputs]
+                recording.stays.update(
+                    _key(out) for out, k in zip(outputs, kept, strict=False) if k
+                )
                 with _LOCK:
                     recording._add(
                         Copy(
@@ -734,6 +850,8 @@ class _Hooks:
                             tuple(outputs),
                             _readers_line(),
                             recording.unseen(inputs),
+                            max(received, default=0),
+                            any(k and r > 0 for k, r in zip(kept, received, strict=False)),
                         )
                     )
             return outputs
@@ -816,6 +934,36 @@ class _Hooks:
         assert set(self.replacements) == set(internals.PATCHED)
         for internal, replacement in self.replacements.items():
             internal.set(replacement)
+
+    def follow(
+        self,
+        recording: Recording,
+        compiled: Any,
+        jaxpr: Any,
+        inputs: tuple[int | None, ...],
+        outputs: Sequence[Any],
+    ) -> frozenset[str]:
+        """The collectives of a program that pass on data of :attr:`Recording.stays`.
+
+        Its outputs that are such data rearranged join :attr:`Recording.stays`, so a
+        later program (eager code runs each operation as one) is followed from them.
+        """
+        sources = tuple(key is not None and key in recording.stays for key in inputs)
+        if not any(sources):
+            return frozenset()
+        remembered = self.movements.get((id(compiled), sources))
+        if remembered is None or remembered[0] is not compiled:
+            try:
+                found = moved(jaxpr, sources)
+            except Exception:  # noqa: BLE001 (a program this reading does not know: nothing followed)
+                found = Moved(frozenset(), ())
+            remembered = (compiled, found)
+            self.movements[(id(compiled), sources)] = remembered
+        found = remembered[1]
+        recording.stays.update(
+            _key(out) for out, is_moved in zip(outputs, found.outputs, strict=False) if is_moved
+        )
+        return found.collectives
 
     def leave_fast_path(self) -> None:
         """Take every program off JAX's C++ fast path, so its next call comes back here.

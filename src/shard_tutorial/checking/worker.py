@@ -394,6 +394,7 @@ def answer_of(
     record: Callable[[], Any] | None = None,
     intact: Callable[[], bool] | None = None,
     helpers: tuple[Callable[..., Any], ...] | None = None,
+    stays: Sequence[int] = (),
 ) -> Answer | dict[str, Any]:
     """Call ``solution(*args)`` once and describe what it returned and how it was made.
 
@@ -413,6 +414,8 @@ def answer_of(
         as ``record`` is; None: not asked beyond what the recording says.
       helpers: :func:`describe_output`, :func:`describe_lineage` and
         :func:`describe_exception`, bound as ``record`` is; None: this module's.
+      stays: the positions of the arguments whose data must stay on its devices
+        (:class:`shard_tutorial.problem.Stays`): the recording follows it.
 
     Returns:
       An :class:`~shard_tutorial.checking.protocol.Answer`: the output's header and
@@ -446,6 +449,8 @@ def answer_of(
         # for fsdp_sgd_step's B=256 case, two whole copies of x, where one process keeps none).
         recording.existed = frozenset(id(array) for array in earlier)
         recording.earlier = None if shards else recording.existed
+        if stays:
+            recording.keep_in_place([args[i] for i in stays if i < len(args)])
         began = time.perf_counter()
         try:
             received = jax.block_until_ready(solution(*args))
@@ -545,11 +550,13 @@ def describe_lineage(
             memory=dict(run.memory),
             held_before=run.held_before,
             text=communication_lines(run.text)[:TEXT_LIMIT],
+            carries=tuple(sorted(run.carries)),
         )
         for run in lineage.runs
     )
     copies = tuple(
-        Transfer(c.order, any(h is not None for h in c.host), _line_of(c)) for c in lineage.copies
+        Transfer(c.order, any(h is not None for h in c.host), _line_of(c), c.received, c.carries)
+        for c in lineage.copies
     )
     made_by = tuple(
         None if m is None else MadeBy(m.order, "copy" if isinstance(m, Copy) else "program")
@@ -578,6 +585,8 @@ def describe_lineage(
                     break
                 if shards and isinstance(value, jax.Array) and not value.is_fully_addressable:
                     continue  # a cluster's array, partly on other processes: not read here
+                if isinstance(value, jax.Array) and value.is_deleted():
+                    continue  # donated to a later program (donate_argnums): its values are gone
                 array = np.asarray(value)
                 if array.dtype.kind not in "biufc" and array.dtype.name != "bfloat16":
                     continue
@@ -747,9 +756,15 @@ def main() -> int:
         return 0
     origin = f"{getattr(solution, '__module__', '')}.{getattr(solution, '__qualname__', '')}"
     emit(event="ready", origin=origin, x64=bool(jax.config.jax_enable_x64))
+    stays = tuple(request.get("stays") or ())
     for index in range(request["start"], len(cases)):
         emit(event="start", case=index)
-        made = run_case(solution, cases[index], shards=cluster is not None)
+        made = run_case(
+            solution,
+            cases[index],
+            shards=cluster is not None,
+            stays=stays if index < ordinary else (),
+        )
         if not isinstance(made, Answer):  # it raised
             emit(case=index, **made)
             continue

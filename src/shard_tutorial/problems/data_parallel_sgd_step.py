@@ -34,7 +34,7 @@ from shard_tutorial.linear_regression import (
     unsharded_step,
 )
 from shard_tutorial.meshes import data_mesh_for, place, usable_device_count
-from shard_tutorial.problem import Case, Forbidden, Placement, Problem, Technique
+from shard_tutorial.problem import Case, Forbidden, Placement, Problem, Stays, Technique
 
 __all__ = ["PROBLEM", "data_parallel_sgd_step"]
 
@@ -180,6 +180,14 @@ TECHNIQUE = Technique(
         ),
     ),
     hidden=lambda args: gradient_unused(args[4]),  # lr=0
+    stays=Stays(
+        (2, 3),
+        "x or y (the batch)",
+        (
+            "the batch stays split over 'data': each device computes the gradient of its own "
+            "rows, and one all-reduce averages the gradients"
+        ),
+    ),
 )
 """What a solution must do besides computing the right values (the statement's
 "This problem practises" paragraph says it in words)."""

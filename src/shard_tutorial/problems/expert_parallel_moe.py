@@ -26,7 +26,16 @@ from jax.sharding import PartitionSpec as P
 
 from shard_tutorial.communication import bytes_per_number
 from shard_tutorial.meshes import axis_mesh, device_counts, place, usable_device_count
-from shard_tutorial.problem import Budget, Case, Forbidden, Placement, Problem, Technique, precise
+from shard_tutorial.problem import (
+    Budget,
+    Case,
+    Forbidden,
+    Placement,
+    Problem,
+    Stays,
+    Technique,
+    precise,
+)
 from shard_tutorial.validation import check_array, check_moe_shapes
 
 __all__ = ["PROBLEM", "expert_parallel_moe"]
@@ -410,6 +419,14 @@ TECHNIQUE = Technique(
         ),
     ),
     axis="expert",
+    stays=Stays(
+        (2,),
+        "w (the experts)",
+        (
+            "the experts never leave their devices: the tokens travel to them (one all-to-all) "
+            "and their results back (another)"
+        ),
+    ),
 )
 """What a solution must do besides computing the right values (the statement's
 "This problem practises" paragraph says it in words)."""

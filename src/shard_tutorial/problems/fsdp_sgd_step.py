@@ -39,7 +39,15 @@ from shard_tutorial.meshes import (
     place,
     usable_device_count,
 )
-from shard_tutorial.problem import Budget, Case, Forbidden, Placement, Problem, Technique, precise
+from shard_tutorial.problem import (
+    Budget,
+    Case,
+    Forbidden,
+    Placement,
+    Problem,
+    Technique,
+    precise,
+)
 
 __all__ = ["PROBLEM", "fsdp_sgd_step"]
 
@@ -275,6 +283,26 @@ def _mesh(args: tuple[Any, ...], devices: int) -> tuple[int, ...]:
     return (_shared_devices(args, devices),)
 
 
+def _more_than_b_and_the_loss(args: tuple[Any, ...]) -> int:
+    """The fewest bytes of all-reduces, together, that carry more than ``b``'s gradient.
+
+    Besides ``b``'s gradient (``d_out`` numbers), room for :data:`SCALARS` numbers
+    (the loss, a count of rows), which an eager step computes and all-reduces.
+
+    Examples:
+      >>> import numpy as np
+      >>> from shard_tutorial.problems.fsdp_sgd_step import _more_than_b_and_the_loss
+      >>> _more_than_b_and_the_loss((np.ones((8, 3), np.float32), np.ones(3, np.float32)))
+      29
+    """
+    b = np.asarray(args[1])
+    return (int(np.size(b)) + SCALARS) * b.dtype.itemsize + 1
+
+
+SCALARS = 4
+"""How many numbers besides ``b``'s gradient a right step may all-reduce (the loss, counts)."""
+
+
 TECHNIQUE = Technique(
     collectives=(("all-gather",), ("reduce-scatter",)),
     forbidden=(
@@ -283,6 +311,14 @@ TECHNIQUE = Technique(
             "w's gradient must be reduce-scattered, each device keeping its block, not "
             "all-reduced whole as in data parallelism",
             at_least=lambda args: int(np.size(args[0])) * np.asarray(args[0]).dtype.itemsize,  # w's
+        ),
+        Forbidden(
+            "all-reduce",
+            "all-reduced together, they carry more than b's gradient and a few numbers (the "
+            "loss): w's gradient, all-reduced in pieces, is still all-reduced whole; "
+            "reduce-scatter it, each device keeping its block",
+            at_least=_more_than_b_and_the_loss,
+            together=True,
         ),
     ),
     hidden=lambda args: gradient_unused(args[4]),  # lr=0

@@ -28,7 +28,16 @@ from jax.sharding import PartitionSpec as P
 
 from shard_tutorial.communication import bytes_per_number
 from shard_tutorial.meshes import axis_mesh, device_counts, place, usable_device_count
-from shard_tutorial.problem import Budget, Case, Forbidden, Placement, Problem, Technique, precise
+from shard_tutorial.problem import (
+    Budget,
+    Case,
+    Forbidden,
+    Placement,
+    Problem,
+    Stays,
+    Technique,
+    precise,
+)
 from shard_tutorial.validation import (
     check_array,
     check_floating,
@@ -564,6 +573,14 @@ TECHNIQUE = Technique(
     ),
     axis="expert",
     traced=_empty_buffers,
+    stays=Stays(
+        (2,),
+        "w (the experts)",
+        (
+            "the experts never leave their devices: the tokens travel to them (one all-to-all) "
+            "and their results back (another)"
+        ),
+    ),
 )
 """What a solution must do besides computing the right values."""
 

@@ -34,7 +34,7 @@ from shard_tutorial.linear_regression import (
     oracle_step,
 )
 from shard_tutorial.meshes import data_mesh_for, place
-from shard_tutorial.problem import Case, Forbidden, Placement, Problem, Technique
+from shard_tutorial.problem import Case, Forbidden, Placement, Problem, Stays, Technique
 from shard_tutorial.problems._linear import linear_start
 from shard_tutorial.validation import check_array, require_whole_number
 
@@ -234,6 +234,14 @@ TECHNIQUE = Technique(
         ),
     ),
     hidden=lambda args: gradient_unused(args[3]),  # lr=0
+    stays=Stays(
+        (1, 2),
+        "x or y (the batch)",
+        (
+            "the batch stays split over 'data': each device computes the gradient of its own "
+            "rows, and one all-reduce averages the gradients"
+        ),
+    ),
 )
 """What a solution must do besides computing the right values (the statement's
 "This problem practises" paragraph says it in words)."""

@@ -24,7 +24,16 @@ from jax.sharding import PartitionSpec as P
 
 from shard_tutorial.communication import bytes_per_number
 from shard_tutorial.meshes import axis_mesh, device_counts, place, usable_device_count
-from shard_tutorial.problem import Budget, Case, Forbidden, Placement, Problem, Technique, precise
+from shard_tutorial.problem import (
+    Budget,
+    Case,
+    Forbidden,
+    Placement,
+    Problem,
+    Stays,
+    Technique,
+    precise,
+)
 from shard_tutorial.validation import check_array, check_floating
 
 __all__ = ["PROBLEM", "pipeline_forward", "pipeline_forward_schedule"]
@@ -445,6 +454,14 @@ TECHNIQUE = Technique(
         ),
     ),
     axis="stage",
+    stays=Stays(
+        (1,),
+        "w (each stage's layers)",
+        (
+            "a stage's layers never leave it: the activations travel from stage to stage "
+            "(ppermute), computed by the layers where they live"
+        ),
+    ),
 )
 """What a solution must do besides computing the right values (the statement's
 "This problem practises" paragraph says it in words)."""

@@ -27,7 +27,16 @@ from jax.sharding import PartitionSpec as P
 
 from shard_tutorial.meshes import axis_mesh, device_counts, place, usable_device_count
 from shard_tutorial.pipeline_schedules import Schedule, Step, schedule
-from shard_tutorial.problem import Budget, Case, Forbidden, Placement, Problem, Technique, precise
+from shard_tutorial.problem import (
+    Budget,
+    Case,
+    Forbidden,
+    Placement,
+    Problem,
+    Stays,
+    Technique,
+    precise,
+)
 from shard_tutorial.validation import check_array, check_floating
 
 __all__ = [
@@ -613,6 +622,14 @@ TECHNIQUE = Technique(
         ),
     ),
     axis="stage",
+    stays=Stays(
+        (2,),
+        "w (each stage's layers)",
+        (
+            "a stage's layers never leave it: activations travel forward and their gradients "
+            "back (ppermute), computed by the layers where they live"
+        ),
+    ),
 )
 """What a solution must do besides computing the right values."""
 

@@ -30,7 +30,7 @@ from shard_tutorial.meshes import (
     device_counts,
     place,
 )
-from shard_tutorial.problem import Case, Forbidden, Placement, Problem, Technique, precise
+from shard_tutorial.problem import Case, Forbidden, Placement, Problem, Stays, Technique, precise
 from shard_tutorial.validation import check_array
 
 __all__ = ["PROBLEM", "tensor_parallel_mlp"]
@@ -294,6 +294,14 @@ TECHNIQUE = Technique(
     ),
     group=lambda args, devices: _mesh(args, devices)[1],
     axis="model",
+    stays=Stays(
+        (1, 2),
+        "w1 or w2 (the weights)",
+        (
+            "the weights stay split over 'model': each device multiplies by its own columns "
+            "of w1 and rows of w2, and one all-reduce adds the partial outputs"
+        ),
+    ),
 )
 """What a solution must do besides computing the right values (the statement's
 "This problem practises" paragraph says it in words)."""

@@ -32,7 +32,16 @@ from shard_tutorial.meshes import (
     place,
     usable_device_count,
 )
-from shard_tutorial.problem import Budget, Case, Forbidden, Placement, Problem, Technique, precise
+from shard_tutorial.problem import (
+    Budget,
+    Case,
+    Forbidden,
+    Placement,
+    Problem,
+    Stays,
+    Technique,
+    precise,
+)
 from shard_tutorial.validation import (
     check_array,
     check_floating,
@@ -501,6 +510,15 @@ TECHNIQUE = Technique(
         ),
     ),
     hidden=_lr_unused,
+    stays=Stays(
+        (1, 2),
+        "m or v (Adam's moments)",
+        (
+            "the optimizer state stays split over 'data': the gradient is reduce-scattered "
+            "to the rows whose moments a device keeps, Adam updates those rows, and the new "
+            "rows of w are all-gathered"
+        ),
+    ),
 )
 """What a solution must do besides computing the right values."""
 

@@ -1,7 +1,8 @@
 """Mistake: w gathered whole with an all-to-all instead of an all-gather (each device's experts,
 copied n times, one copy to each device), then every device computes its own tokens: the
 all-to-all the statement asks for is there, but it carries the experts' weights, not the tokens,
-so no token moves and every device holds every expert."""
+so no token moves and every device holds every expert: the rule of what stays on its devices
+finds w itself in the all-to-all."""
 
 import math
 
@@ -12,8 +13,8 @@ from jax.sharding import PartitionSpec as P
 
 from shard_tutorial import axis_mesh  # axis_mesh("expert", length): a 1-D mesh
 
-VERDICT = "budget"
-PHRASE = "sends"
+VERDICT = "technique"
+PHRASE = "travels between devices"
 DEVICES = (
     8,
 )  # on one device there is nothing to gather; the budget binds where w outweighs the tokens
