@@ -336,6 +336,16 @@ def test_processes_that_hold_other_values_for_the_same_block_are_told_apart():
         _assemble(output, [output, output], [payload, other])
 
 
+def test_a_block_of_another_size_than_its_place_is_told_not_read():
+    # Its sizes add up (decode_answer checks that much), but not to its place in the array.
+    y = place(np.arange(8, dtype=np.int32), NamedSharding(data_mesh(8), P()))
+    output, payload = describe_output(y, shards=True)
+    (shard,) = output.shards
+    wider = dataclasses.replace(output, shards=(dataclasses.replace(shard, nbytes=36),))
+    with pytest.raises(_Disagree, match="process 1 sent a block of the output of another size"):
+        _assemble(output, [output, wider], [payload, payload + bytes(4)])
+
+
 def _sum_of_blocks(collective):
     """A shard_map_psum answer whose blocks' sums go through ``collective`` (or nothing)."""
 

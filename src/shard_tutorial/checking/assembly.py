@@ -108,6 +108,12 @@ def assemble(first: Output, outputs: list[Output], payloads: list[bytes]) -> byt
         for shard in output.shards or ():
             where = tuple(slice(a, b) for a, b in shard.index)
             size = shard.nbytes
+            if size != whole[where].size * whole.itemsize:
+                msg = (
+                    f"process {process} sent a block of the output of another size than its "
+                    "place in the array: the report of its blocks was garbled"
+                )
+                raise Disagree(msg)
             block = np.frombuffer(payload[offset : offset + size], whole.dtype)
             block = block.reshape(whole[where].shape)
             offset += size
