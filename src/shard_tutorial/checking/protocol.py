@@ -645,8 +645,8 @@ class Output:
 
     Examples:
       >>> from shard_tutorial.checking.protocol import Output
-      >>> pair = Output("tuple", length=2, items=(
-      ...     Output("jax.Array", "float32", (4,), (2,), 2, nbytes=16), Output("int", repr="1", nbytes=0)))
+      >>> array = Output("jax.Array", "float32", (4,), (2,), 2, nbytes=16)
+      >>> pair = Output("tuple", length=2, items=(array, Output("int", repr="1", nbytes=0)))
       >>> Output.from_json(pair.to_json()) == pair, pair.to_json()["items"][1]
       (True, {'kind': 'int', 'repr': '1', 'nbytes': 0})
       >>> Output.from_json({"kind": "jax.Array", "dtype": "float32", "shape": [4]})
@@ -891,7 +891,8 @@ def encode_raised(raised: Raised) -> dict[str, Any]:
 
     Examples:
       >>> from shard_tutorial.checking.protocol import Raised, decode_raised, encode_raised
-      >>> event = encode_raised(Raised("ZeroDivisionError: division by zero", False, ("ZeroDivisionError",)))
+      >>> raised = Raised("ZeroDivisionError: division by zero", False, ("ZeroDivisionError",))
+      >>> event = encode_raised(raised)
       >>> event["event"], event["memory"], decode_raised(event).types
       ('raised', False, ('ZeroDivisionError',))
     """
@@ -899,7 +900,7 @@ def encode_raised(raised: Raised) -> dict[str, Any]:
 
 
 def decode_raised(event: dict[str, Any]) -> Raised:
-    """The :class:`Raised` a ``"raised"`` event reports; one that says it was garbled if not as sent.
+    """The :class:`Raised` a ``"raised"`` event reports; a garbled one if it is not as sent.
 
     Examples:
       >>> from shard_tutorial.checking.protocol import decode_raised

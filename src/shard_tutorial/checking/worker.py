@@ -225,11 +225,11 @@ def describe_output(value: object, shards: bool = False) -> tuple[Output, bytes]
 
     The description, an :class:`~shard_tutorial.checking.protocol.Output`, says what
     ``value`` is (``kind``: ``"jax.Array"``, ``"numpy"``, a Python type's name), and for
-    arrays their ``dtype``, ``shape`` and, for a ``jax.Array``, its layout: ``split`` (for each axis, how many blocks the
-    devices hold) and ``devices`` (how many hold a part). ``replicas_differ`` is
-    True when two devices hold different values for the same block (an output
-    that ``out_specs`` calls replicated but that the devices computed
-    differently, which ``check_vma=False`` lets through).
+    arrays their ``dtype``, ``shape`` and, for a ``jax.Array``, its layout: ``split``
+    (for each axis, how many blocks the devices hold) and ``devices`` (how many hold a
+    part). ``replicas_differ`` is True when two devices hold different values for the
+    same block (an output that ``out_specs`` calls replicated but that the devices
+    computed differently, which ``check_vma=False`` lets through).
 
     A tuple or a list (of at most :data:`MAX_ITEMS` items) has ``items``: each
     item's description, with its ``nbytes``; their bytes follow one another.
