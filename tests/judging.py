@@ -20,10 +20,17 @@ import jax
 import numpy as np
 
 from shard_tutorial.checking.checker import RANDOM_CASES
-from shard_tutorial.checking.judge import judge, judge_refusal
-from shard_tutorial.checking.protocol import Answer, decode_answer, encode_answer
+from shard_tutorial.checking.judge import judge, judge_raised, judge_refusal
+from shard_tutorial.checking.protocol import (
+    Answer,
+    Raised,
+    decode_answer,
+    decode_raised,
+    encode_answer,
+    encode_raised,
+)
 from shard_tutorial.checking.report import CaseResult, CheckReport, DeviceRun
-from shard_tutorial.checking.worker import answer, answer_of, held_on, load_solution
+from shard_tutorial.checking.worker import answer_of, held_on, load_solution
 from shard_tutorial.problem import Case, Problem
 from shard_tutorial.problems import get_problem
 
@@ -34,7 +41,7 @@ OLDEST = tuple(int(p) for p in jax.__version__.split(".")[:2]) < (0, 11)
 def judged(problem: Problem, solution: Callable[..., Any], case: Case) -> tuple[str, str]:
     """The checker's verdict on ``solution`` for ``case`` at this process' device count."""
     if case.raises is not None:  # an input the statement refuses, passed as it arrives
-        return judge_refusal(case, answer(solution, case.jax_args())[0])
+        return judge_refusal(case, _sent(answer_of(solution, case.jax_args())))
     args = problem.arranged(case)
     limits = problem.budget.limits(args) if problem.budget is not None else {}
     grow = problem.budget.grown if problem.budget is not None else None
@@ -44,8 +51,8 @@ def judged(problem: Problem, solution: Callable[..., Any], case: Case) -> tuple[
     technique = problem.technique
     stays = () if technique is None or technique.stays is None else technique.stays.arguments
     made = answer_of(solution, args, stays=stays)
-    if not isinstance(made, Answer):
-        return "error", made["message"]
+    if isinstance(made, Raised):
+        return judge_raised(decode_raised(encode_raised(made)))
     if limits and made.how is not None:  # as the worker adds them
         held = None if grown is None else held_on(answer_of, solution, grown)
         made = dataclasses.replace(
@@ -53,6 +60,13 @@ def judged(problem: Problem, solution: Callable[..., Any], case: Case) -> tuple[
         )
     # Through the report the worker sends, as the checker reads it.
     return judge(problem, case, decode_answer(*encode_answer(made)), jax.device_count())
+
+
+def _sent(made: Answer | Raised) -> Answer | Raised:
+    """``made`` through the report the worker sends, as the checker reads it."""
+    if isinstance(made, Raised):
+        return decode_raised(encode_raised(made))
+    return decode_answer(*encode_answer(made))
 
 
 def verdicts(

@@ -6,6 +6,7 @@ they look at are the ones the workers see.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -19,8 +20,22 @@ from shard_tutorial import data_mesh, place, usable_device_count
 from shard_tutorial.checking.assembly import Disagree as _Disagree
 from shard_tutorial.checking.assembly import array as _array
 from shard_tutorial.checking.assembly import assemble as _assemble
-from shard_tutorial.checking.judge import _not_an_array, judge
-from shard_tutorial.checking.protocol import GARBLED, Answer, decode_answer, encode_answer
+from shard_tutorial.checking.judge import (
+    _not_an_array,
+    judge,
+    judge_cluster,
+    judge_raised,
+    judge_refusal,
+)
+from shard_tutorial.checking.protocol import (
+    GARBLED,
+    Answer,
+    Output,
+    decode_answer,
+    decode_raised,
+    encode_answer,
+    encode_raised,
+)
 from shard_tutorial.checking.report import (
     RAN,
     RAN_NO_COLLECTIVE,
@@ -94,39 +109,126 @@ GARBLINGS = {
 """Ways a report of how an answer was made can differ from what the worker writes."""
 
 
-@pytest.mark.parametrize("garble", list(GARBLINGS))
-def test_a_garbled_report_of_how_is_judged_not_read_never_a_crash(garble, device_count):
+def _nested(event):
+    """An output whose one item is a tuple described item by item in its turn."""
+    item = {"kind": "tuple", "length": 1, "items": [{**event["output"], "nbytes": 4}], "nbytes": 4}
+    event.update(output={"kind": "tuple", "length": 1, "items": [item]})
+
+
+OUTPUT_GARBLINGS = {
+    "no output": lambda event: event.pop("output"),
+    "an output that is a list": lambda event: event.update(output=[]),
+    "no kind": lambda event: event["output"].pop("kind"),
+    "a kind that is not a str": lambda event: event["output"].update(kind=["jax.Array"]),
+    "a shape as a str": lambda event: event["output"].update(shape="()"),
+    "a jax.Array with no split": lambda event: event["output"].pop("split"),
+    "a split along an axis it does not have": lambda event: event["output"].update(split=[8]),
+    "devices as a float": lambda event: event["output"].update(devices=8.0),
+    "replicas_differ as a str": lambda event: event["output"].update(replicas_differ="no"),
+    "a tuple of more bytes than sent": lambda event: event.update(
+        output={"kind": "tuple", "length": 1, "items": [{**event["output"], "nbytes": 8}]}
+    ),
+    "an item with no nbytes": lambda event: event.update(
+        output={"kind": "tuple", "length": 1, "items": [event["output"]]}
+    ),
+    "an item with items of its own": _nested,
+    "blocks with no device ids": lambda event: event["output"].update(
+        shards=[{"index": [], "nbytes": 4}]
+    ),
+    "a block outside its array": lambda event: event["output"].update(
+        shards=[{"index": [[0, 2]], "nbytes": 4}], device_ids=[0]
+    ),
+    "blocks of more bytes than sent": lambda event: event["output"].update(
+        shards=[{"index": [], "nbytes": 8}], device_ids=[0]
+    ),
+}
+"""Ways a report of what an answer is (its output) can differ from what the worker writes."""
+
+RAISED_GARBLINGS = {
+    "no message": lambda event: event.pop("message"),
+    "a message that is not a str": lambda event: event.update(message=["ValueError"]),
+    "memory as a str": lambda event: event.update(memory="false"),
+    "no types": lambda event: event.pop("types"),
+    "types as a str": lambda event: event.update(types="ValueError"),
+    "a type that is not a str": lambda event: event.update(types=["ValueError", 1]),
+}
+"""Ways a report of the error a call raised can differ from what the worker writes."""
+
+PARTS = {"how": GARBLINGS, "output": OUTPUT_GARBLINGS, "raised": RAISED_GARBLINGS}
+
+GARBLED_VERDICTS = {
+    "how": ("technique", f"could not read how they were computed: {GARBLED}"),
+    "output": ("fail", f"the checker could not read what the solution returned: {GARBLED}"),
+    "raised": ("error", f"raised an error the checker could not read: {GARBLED}"),
+}
+"""The verdict on each part of a report garbled: never a pass, and never a crash."""
+
+
+def _refuses(x):
+    msg = f"x must be 1-D, not {x.ndim}-D"
+    raise ValueError(msg)
+
+
+@pytest.mark.parametrize(
+    ("part", "garble"), [(part, name) for part, ways in PARTS.items() for name in ways]
+)
+def test_a_garbled_report_of_how_is_judged_not_read_never_a_crash(part, garble, device_count):
     import jax.numpy as jnp  # noqa: PLC0415
 
     problem = PROBLEMS["shard_map_psum"]
     case = problem.cases[4]
+    (refusal,) = [c for c in problem.refusals if c.raises == "ValueError"]
+    if part == "raised":
+        event, _ = answer(_refuses, problem.arranged(case))
+        event = json.loads(json.dumps(event))  # as the pipe carries it
+        sent = decode_raised(event)
+        assert sent.error is None
+        assert encode_raised(sent) == event
+        assert judge_refusal(refusal, sent) == ("pass", "")
+        PARTS[part][garble](event)
+        received = decode_raised(event)
+        assert received.error == GARBLED
+        assert judge_raised(received) == GARBLED_VERDICTS[part]
+        status, message = judge_refusal(refusal, received)  # not known to be the one asked for
+        assert status == "fail"
+        assert message.endswith(f"but the checker could not read which: {GARBLED}")
+        return
     event, data = answer(lambda x: jnp.sum(x) + 0, problem.arranged(case))  # two programs
     event = json.loads(json.dumps(event))  # as the pipe carries it
     answered = decode_answer(event, data)
+    assert answered.output.error is None
     assert answered.how.error is None
     assert answered.how.programs
     assert answered.how.made_by
     assert answered.how.candidates
     assert decode_answer(*encode_answer(answered)) == answered
-    GARBLINGS[garble](event)
+    assert encode_answer(answered)[0] == event  # the same keys and values on the pipe
+    PARTS[part][garble](event)
     received = decode_answer(event, data)
-    assert received.how.error == GARBLED
-    assert received.values == answered.values  # the output is still read
+    if part == "how":
+        assert received.how.error == GARBLED
+        assert received.output == answered.output  # the output is still read
+    else:
+        assert received.output.error == GARBLED
+        assert received.how == answered.how  # how it was made is still read
+        cluster = judge_cluster(problem, case, [answered, received], device_count)
+        assert cluster == ("fail", "process 1 of 2: " + GARBLED_VERDICTS[part][1])
+    assert received.values == answered.values
     status, message = judge(problem, case, received, device_count)
-    assert status == "technique"
-    assert f"could not read how they were computed: {GARBLED}" in message
+    assert status == GARBLED_VERDICTS[part][0]
+    assert GARBLED_VERDICTS[part][1] in message
 
 
 def test_an_outputs_layout_is_sent_as_which_axis_is_split_over_how_many_devices(device_count):
     x = np.arange(48, dtype=np.float32).reshape(12, 4)
     mesh = data_mesh(12)
-    header, payload = describe_output(place(x, NamedSharding(mesh, P("data"))))
-    assert header["split"] == [usable_device_count(12, device_count), 1]
-    assert header["devices"] == usable_device_count(12, device_count)
-    assert np.array_equal(_array(header, payload), x)
-    header, _ = describe_output(place(x, NamedSharding(mesh, P())))
-    assert header["split"] == [1, 1]
-    assert header["devices"] == usable_device_count(12, device_count)
+    output, payload = describe_output(place(x, NamedSharding(mesh, P("data"))))
+    assert output.split == (usable_device_count(12, device_count), 1)
+    assert output.devices == usable_device_count(12, device_count)
+    assert np.array_equal(_array(output, payload), x)
+    output, _ = describe_output(place(x, NamedSharding(mesh, P())))
+    assert output.split == (1, 1)
+    assert output.devices == usable_device_count(12, device_count)
 
 
 @pytest.mark.parametrize(
@@ -164,17 +266,17 @@ def test_the_layout_is_judged_from_the_outputs_own_split(placement, shape, split
     ],
 )
 def test_what_is_not_an_array_is_named(value, message):
-    header, payload = describe_output(value)
+    output, payload = describe_output(value)
     assert payload == b""
-    assert _not_an_array(header) == message or message in _not_an_array(header)
+    assert _not_an_array(output) == message or message in _not_an_array(output)
 
 
 def test_values_are_read_as_numbers_only_never_unpickled():
     with pytest.raises(ValueError, match="O"):
-        _array({"dtype": "O", "shape": [1]}, b"\0" * 8)
+        _array(Output("numpy", "O", (1,)), b"\0" * 8)
     with pytest.raises(ValueError, match=r"\(3,\)"):
-        _array({"dtype": "float32", "shape": [3]}, b"\0" * 8)  # 2 values, not 3
-    values = _array({"dtype": "bfloat16", "shape": [2]}, b"\x80\x3f\x00\x40")
+        _array(Output("numpy", "float32", (3,)), b"\0" * 8)  # 2 values, not 3
+    values = _array(Output("numpy", "bfloat16", (2,)), b"\x80\x3f\x00\x40")
     assert values.tolist() == [1.0, 2.0]
 
 
@@ -193,22 +295,22 @@ def test_endless_recursion_is_reported_in_a_few_lines():
 def test_the_judge_expects_jaxs_default_dtypes_whatever_its_callers_mode(x64):
     problem = PROBLEMS["shard_map_psum"]
     case = problem.cases[4]
-    header, payload = describe_output(problem.reference(*case.jax_args()))
+    output, payload = describe_output(problem.reference(*case.jax_args()))
     with jax.enable_x64(x64):  # a notebook that turned 64-bit mode on
-        assert judge(problem, case, Answer(header, payload), 8)[0] == "pass"
+        assert judge(problem, case, Answer(output, payload), 8)[0] == "pass"
         wide = np.float64(496.0)
-        header64 = {**header, "dtype": "float64"}
-        status, message = judge(problem, case, Answer(header64, wide.tobytes()), 8)
+        output64 = dataclasses.replace(output, dtype="float64")
+        status, message = judge(problem, case, Answer(output64, wide.tobytes()), 8)
     assert (status, message) == ("fail", "dtype: expected float32, received float64")
 
 
-def _split_between_two_processes(header, payload):
-    """The shards of ``header`` as two processes would send them: first half, second half."""
-    shards, halves, offset = header["shards"], [], 0
+def _split_between_two_processes(output, payload):
+    """The shards of ``output`` as two processes would send them: first half, second half."""
+    shards, halves, offset = output.shards, [], 0
     cut = (len(shards) + 1) // 2
     for part in (shards[:cut], shards[cut:]):
-        size = sum(s["nbytes"] for s in part)
-        halves.append(({**header, "shards": part}, payload[offset : offset + size]))
+        size = sum(s.nbytes for s in part)
+        halves.append((dataclasses.replace(output, shards=part), payload[offset : offset + size]))
         offset += size
     return halves
 
@@ -217,21 +319,31 @@ def test_the_shards_each_process_holds_are_put_back_together_with_no_collective(
     x = np.arange(48, dtype=np.float32).reshape(12, 4)
     mesh = data_mesh(12)
     y = place(x, NamedSharding(mesh, P("data")))
-    header, payload = describe_output(y, shards=True)
-    assert len(header["shards"]) == usable_device_count(12)
-    assert header["device_ids"] == sorted(d.id for d in mesh.devices.flat)
-    halves = _split_between_two_processes(header, payload)
-    whole = _assemble(header, [h for h, _ in halves], [p for _, p in halves])
+    output, payload = describe_output(y, shards=True)
+    assert len(output.shards) == usable_device_count(12)
+    assert output.device_ids == tuple(sorted(d.id for d in mesh.devices.flat))
+    halves = _split_between_two_processes(output, payload)
+    whole = _assemble(output, [h for h, _ in halves], [p for _, p in halves])
     assert whole == x.tobytes()
 
 
 def test_processes_that_hold_other_values_for_the_same_block_are_told_apart():
     y = place(np.arange(8, dtype=np.int32), NamedSharding(data_mesh(8), P()))  # replicated
-    header, payload = describe_output(y, shards=True)
-    assert len(header["shards"]) == 1  # each block is sent once per process
+    output, payload = describe_output(y, shards=True)
+    assert len(output.shards) == 1  # each block is sent once per process
     other = (np.arange(8, dtype=np.int32) + 1).tobytes()
     with pytest.raises(_Disagree, match="process 1 holds other values"):
-        _assemble(header, [header, header], [payload, other])
+        _assemble(output, [output, output], [payload, other])
+
+
+def test_a_block_of_another_size_than_its_place_is_told_not_read():
+    # Its sizes add up (decode_answer checks that much), but not to its place in the array.
+    y = place(np.arange(8, dtype=np.int32), NamedSharding(data_mesh(8), P()))
+    output, payload = describe_output(y, shards=True)
+    (shard,) = output.shards
+    wider = dataclasses.replace(output, shards=(dataclasses.replace(shard, nbytes=36),))
+    with pytest.raises(_Disagree, match="process 1 sent a block of the output of another size"):
+        _assemble(output, [output, wider], [payload, payload + bytes(4)])
 
 
 def _sum_of_blocks(collective):

@@ -8,8 +8,8 @@ The package's modules, in the order a check uses them:
   which workers are forked;
 - :mod:`~shard_tutorial.checking.worker`: the process that runs the solution and sends
   back plain data, never a verdict;
-- :mod:`~shard_tutorial.checking.protocol`: that data, as typed records (the answer and
-  how it was made), and its one encoding on the pipe and one decoding;
+- :mod:`~shard_tutorial.checking.protocol`: that data, as typed records (the output, how
+  it was made, or the error raised), and its one encoding on the pipe and one decoding;
 - :mod:`~shard_tutorial.checking.recording` and :mod:`~shard_tutorial.checking.dataflow`:
   what one call ran (its XLA programs, its copies from the host) and what its outputs
   depend on;

@@ -9,19 +9,30 @@ every process that holds it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
 import numpy as np
 
+from shard_tutorial.checking.protocol import Output
+
 __all__ = ["Disagree", "array", "assemble", "combine", "dtype", "items", "own"]
 
 
-def items(output: dict[str, Any], payload: bytes) -> list[bytes]:
-    """The bytes of each item of a tuple or list a worker described."""
+def items(output: Output, payload: bytes) -> list[bytes]:
+    """The bytes of each item of a tuple or list a worker described.
+
+    Raises:
+      ValueError: if ``output`` has no items, or they do not account for ``payload``
+        (never, for an output :func:`~shard_tutorial.checking.protocol.decode_answer`
+        read).
+    """
+    if output.items is None:
+        raise ValueError(output.kind)
     parts, offset = [], 0
-    for item in output["items"]:
-        size = int(item["nbytes"])
+    for item in output.items:
+        size = item.nbytes or 0
         parts.append(payload[offset : offset + size])
         offset += size
     if offset != len(payload):
@@ -29,9 +40,7 @@ def items(output: dict[str, Any], payload: bytes) -> list[bytes]:
     return parts
 
 
-def combine(
-    outputs: list[dict[str, Any]], payloads: list[bytes]
-) -> tuple[dict[str, Any], bytes] | str | None:
+def combine(outputs: list[Output], payloads: list[bytes]) -> tuple[Output, bytes] | str | None:
     """One array from every process' shards of it.
 
     Returns:
@@ -40,10 +49,10 @@ def combine(
       one of its devices (or something that is not a ``jax.Array``), to be judged
       process by process.
     """
-    if not all(o["kind"] == "jax.Array" and "shards" in o for o in outputs):
+    if not all(o.kind == "jax.Array" and o.shards is not None for o in outputs):
         return None
-    placed = {tuple(o["device_ids"]) for o in outputs}
-    if len(placed) > 1 and all(len(o["device_ids"]) == 1 for o in outputs):
+    placed = {o.device_ids for o in outputs}
+    if len(placed) > 1 and all(len(o.device_ids or ()) == 1 for o in outputs):
         return None  # unsharded: each process computed the whole output on one of its devices
     if len(placed) > 1:
         return (
@@ -52,35 +61,37 @@ def combine(
             "every process), not jax.local_devices()"
         )
     first = outputs[0]
-    if any((o["dtype"], o["shape"]) != (first["dtype"], first["shape"]) for o in outputs):
+    if any((o.dtype, o.shape) != (first.dtype, first.shape) for o in outputs):
         return "the processes returned arrays of different shapes or dtypes"
     try:
         assembled = assemble(first, outputs, payloads)
     except Disagree as error:
         return str(error)
-    header = {key: value for key, value in first.items() if key not in {"shards", "device_ids"}}
-    if "nbytes" in header:  # an item of a tuple: its size is now the whole array's
-        header["nbytes"] = len(assembled)
-    if any(o.get("replicas_differ") for o in outputs):
-        header["replicas_differ"] = True
-    return header, assembled
+    whole = dataclasses.replace(
+        first,
+        shards=None,
+        device_ids=None,
+        # An item of a tuple: its size is now the whole array's.
+        nbytes=None if first.nbytes is None else len(assembled),
+        replicas_differ=any(o.replicas_differ for o in outputs),
+    )
+    return whole, assembled
 
 
-def own(output: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
+def own(output: Output, payload: bytes) -> tuple[Output, bytes]:
     """One process' answer, to judge on its own: its arrays made whole from its shards.
 
     Raises:
       Disagree: if the process does not hold the whole of an array.
     """
-    if output.get("kind") == "jax.Array" and "shards" in output:
+    if output.kind == "jax.Array" and output.shards is not None:
         return output, assemble(output, [output], [payload])
-    if "items" in output:
+    if output.items is not None:
         owned = [
-            own(item, part)
-            for item, part in zip(output["items"], items(output, payload), strict=True)
+            own(item, part) for item, part in zip(output.items, items(output, payload), strict=True)
         ]
-        described = [{**item, "nbytes": len(data)} for item, data in owned]
-        return {**output, "items": described}, b"".join(data for _, data in owned)
+        described = tuple(dataclasses.replace(item, nbytes=len(data)) for item, data in owned)
+        return dataclasses.replace(output, items=described), b"".join(data for _, data in owned)
     return output, payload
 
 
@@ -88,17 +99,21 @@ class Disagree(ValueError):
     """The processes' shards do not make one array."""
 
 
-def assemble(first: dict[str, Any], outputs: list[dict[str, Any]], payloads: list[bytes]) -> bytes:
+def assemble(first: Output, outputs: list[Output], payloads: list[bytes]) -> bytes:
     """The global array's bytes, from every process' shards; each element checked once held."""
-    whole: np.ndarray[Any, Any] = np.zeros(
-        tuple(int(n) for n in first["shape"]), dtype(str(first["dtype"]))
-    )
+    whole: np.ndarray[Any, Any] = np.zeros(first.shape or (), dtype(str(first.dtype)))
     held = np.zeros(whole.shape, bool)
     for process, (output, payload) in enumerate(zip(outputs, payloads, strict=True)):
         offset = 0
-        for shard in output["shards"]:
-            where = tuple(slice(int(a), int(b)) for a, b in shard["index"])
-            size = int(shard["nbytes"])
+        for shard in output.shards or ():
+            where = tuple(slice(a, b) for a, b in shard.index)
+            size = shard.nbytes
+            if size != whole[where].size * whole.itemsize:
+                msg = (
+                    f"process {process} sent a block of the output of another size than its "
+                    "place in the array: the report of its blocks was garbled"
+                )
+                raise Disagree(msg)
             block = np.frombuffer(payload[offset : offset + size], whole.dtype)
             block = block.reshape(whole[where].shape)
             offset += size
@@ -119,16 +134,22 @@ def assemble(first: dict[str, Any], outputs: list[dict[str, Any]], payloads: lis
     return whole.tobytes()
 
 
-def array(output: dict[str, Any], payload: bytes) -> np.ndarray:
-    """The values a worker sent, as a read-only NumPy array (never unpickled)."""
-    name = str(output["dtype"])
+def array(output: Output, payload: bytes) -> np.ndarray:
+    """The values a worker sent, as a read-only NumPy array (never unpickled).
+
+    Raises:
+      ValueError: if they are not numbers, or not as many as ``output``'s shape says.
+    """
+    if output.dtype is None or output.shape is None:
+        raise ValueError(output.kind)
+    name = output.dtype
     kind = dtype(name)
     # Numbers only: not objects, text, dates, records (structured), raw bytes ("V";
     # bfloat16 and the other ml_dtypes are "V" too, and numbers).
     raw = kind.kind == "V" and type(kind.type).__module__ == "numpy" and kind.names is None
     if kind.kind in "OSUMm" or kind.names is not None or (raw and not _is_ml_dtype(name)):
         raise ValueError(name)
-    shape = tuple(int(n) for n in output["shape"])
+    shape = output.shape
     if len(payload) != math.prod(shape) * kind.itemsize:
         raise ValueError(shape)
     return np.frombuffer(payload, kind).reshape(shape)

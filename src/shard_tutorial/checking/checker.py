@@ -66,8 +66,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from shard_tutorial.checking.judge import judge, judge_cluster, judge_refusal
-from shard_tutorial.checking.protocol import Verdict, decode_answer
+from shard_tutorial.checking.judge import judge, judge_cluster, judge_raised, judge_refusal
+from shard_tutorial.checking.protocol import Answer, Raised, Verdict, decode_answer, decode_raised
 from shard_tutorial.checking.report import CaseResult, CheckReport, DeviceRun
 from shard_tutorial.checking.worker import MEMORY_SIGNS, is_library_file
 from shard_tutorial.checking.zygote import ZYGOTES, Forked
@@ -857,23 +857,25 @@ class _Follow:
 
     def _verdict(self, index: int, answers: dict[int, tuple[dict[str, Any], bytes]]) -> None:
         """Judge case ``index`` from every process' answer, and record the result."""
-        raised = [p for p in sorted(answers) if answers[p][0]["event"] == "raised"]
+        made = {p: _decoded(*answers[p]) for p in sorted(answers)}
+        raised = [(p, m) for p, m in made.items() if isinstance(m, Raised)]
+        decoded = [m for m in made.values() if isinstance(m, Answer)]
         seconds = 0.0
         case = self.check.cases[index]
         if case.raises is not None:  # an input the statement refuses: every process must
-            failed = [judge_refusal(case, answers[p][0]) for p in sorted(answers)]
+            failed = [judge_refusal(case, m) for m in made.values()]
             status, message = next((v for v in failed if v[0] != Verdict.PASS), failed[0])
         elif raised:
-            event = answers[raised[0]][0]
-            status, message = Verdict.ERROR, self._who(raised[0]) + str(event["message"])
-            if event["memory"] is True:
-                status, message = Verdict.MEMORY, _memory_message(message)
-        elif len(answers) == 1:
-            answer = decode_answer(*answers[0])
+            process, error = raised[0]
+            status, message = judge_raised(error)
+            message = self._who(process) + message
+            if status == Verdict.MEMORY:
+                message = _memory_message(message)
+        elif len(decoded) == 1:
+            (answer,) = decoded
             status, message = judge(self.check.problem, case, answer, self.devices)
             seconds = answer.seconds or 0.0
         else:
-            decoded = [decode_answer(*answers[p]) for p in sorted(answers)]
             status, message = judge_cluster(self.check.problem, case, decoded, self.devices)
             seconds = max(answer.seconds or 0.0 for answer in decoded)
         self.outcome.results[index] = self.check.result(index, status, message, seconds)
@@ -1008,6 +1010,11 @@ def _cores() -> int:
 
 class _Cancelled(Exception):
     """The check was interrupted (Ctrl-C): its workers are killed, nothing is reported."""
+
+
+def _decoded(event: dict[str, Any], payload: bytes) -> Answer | Raised:
+    """What a worker's ``"output"`` or ``"raised"`` report says."""
+    return decode_raised(event) if event["event"] == "raised" else decode_answer(event, payload)
 
 
 def _memory_message(detail: str) -> str:

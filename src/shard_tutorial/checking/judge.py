@@ -3,7 +3,9 @@
 The judge runs in the checker's own process, where the solution's code never ran,
 and holds the problem's oracle. It reads only what a worker reported
 (:func:`shard_tutorial.checking.worker.answer`), decoded into the records of
-:mod:`shard_tutorial.checking.protocol`: the output's values and layout, and
+:mod:`shard_tutorial.checking.protocol`: the error the solution raised (a
+:class:`~shard_tutorial.checking.protocol.Raised`), or the output's values and layout
+(an :class:`~shard_tutorial.checking.protocol.Output`), and
 how the output was made (a :class:`~shard_tutorial.checking.protocol.How`),
 recorded during the very call that returned it: the XLA
 programs it depends on (their collectives, read by :mod:`shard_tutorial.compiled`,
@@ -43,7 +45,9 @@ from shard_tutorial.checking.protocol import (
     Held,
     How,
     Line,
+    Output,
     Program,
+    Raised,
     Transfer,
     Verdict,
 )
@@ -59,7 +63,7 @@ from shard_tutorial.problem import (
     precise,
 )
 
-__all__ = ["judge", "judge_cluster", "judge_refusal"]
+__all__ = ["judge", "judge_cluster", "judge_raised", "judge_refusal"]
 
 # The JAX primitives that compile to each collective (jax 0.10 and 0.12).
 _PRIMITIVES_OF_KIND = {
@@ -81,40 +85,69 @@ _FUNCTION_OF_PRIMITIVE = {
 }
 
 
-def judge_refusal(case: Case, event: dict[str, Any]) -> tuple[Verdict, str]:
+def judge_raised(raised: Raised) -> tuple[Verdict, str]:
+    """The verdict on a case whose call raised (an input the statement does not refuse).
+
+    Args:
+      raised: what the worker reported
+        (:func:`~shard_tutorial.checking.protocol.decode_raised`).
+
+    Returns:
+      ``("error", message)`` with the error's message; ``("memory", message)`` where it
+      says the process ran out of memory (the checker adds its limit); ``("error",
+      ...)`` saying so where the report was garbled.
+
+    Examples:
+      >>> from shard_tutorial.checking.judge import judge_raised
+      >>> from shard_tutorial.checking.protocol import GARBLED, Raised
+      >>> judge_raised(Raised("ZeroDivisionError: division by zero", False, ("ZeroDivisionError",)))
+      ('error', 'ZeroDivisionError: division by zero')
+      >>> judge_raised(Raised(error=GARBLED))
+      ('error', "raised an error the checker could not read: the worker's report on it was garbled")
+    """
+    if raised.error is not None:
+        return Verdict.ERROR, f"raised an error the checker could not read: {raised.error}"
+    return (Verdict.MEMORY if raised.memory else Verdict.ERROR), raised.message
+
+
+def judge_refusal(case: Case, made: Answer | Raised) -> tuple[Verdict, str]:
     """The verdict on an answer to an input the statement refuses (``case.raises``).
 
     Args:
       case: a refusal (:attr:`shard_tutorial.problem.Problem.refusals`).
-      event: what the worker reported: ``"raised"`` with the error's ``types`` (its
-        class and the classes it derives from, by name) and ``message``, or an
-        ``"output"``.
+      made: what the worker reported: a :class:`~shard_tutorial.checking.protocol.Raised`
+        with the error's ``types`` (its class and the classes it derives from, by
+        name) and ``message``, or an :class:`~shard_tutorial.checking.protocol.Answer`.
 
     Returns:
       ``("pass", "")`` if the answer raised the error the statement names (or
-      one derived from it); else ``("fail", ...)`` saying what it did instead.
+      one derived from it); else ``("fail", ...)`` saying what it did instead, or
+      that the report of what it raised was garbled.
 
     Examples:
       >>> from shard_tutorial.checking.judge import judge_refusal
+      >>> from shard_tutorial.checking.protocol import Answer, Output, Raised
       >>> from shard_tutorial.problem import Case
       >>> case = Case("a fractional seed", (3.5,), raises="ValueError")
-      >>> judge_refusal(case, {"event": "output"})[0]
+      >>> judge_refusal(case, Answer(Output("int", repr="3"), b""))[0]
       'fail'
-      >>> raised = {"event": "raised", "types": ["ValueError", "Exception"], "message": "ValueError: no"}
-      >>> judge_refusal(case, raised)
+      >>> judge_refusal(case, Raised("ValueError: no", False, ("ValueError", "Exception")))
       ('pass', '')
     """
     wanted = case.raises
     asked = f"the statement's Raises section asks for {wanted} ({case.label})"
-    if event.get("event") != "raised":
+    if not isinstance(made, Raised):
         return Verdict.FAIL, (
             f"returned a value where {asked}: check the arguments before computing with them"
         )
-    types = [str(t) for t in event.get("types", [])]
-    message = str(event.get("message", ""))
+    if made.error is not None:
+        return Verdict.FAIL, (
+            f"raised an error where {asked}, but the checker could not read which: {made.error}"
+        )
+    types = made.types
     if wanted in types:
         return Verdict.PASS, ""  # a plain pass: nothing of the case went unjudged
-    return Verdict.FAIL, f"raised {types[0] if types else 'an error'} where {asked}: {message}"
+    return Verdict.FAIL, f"raised {types[0] if types else 'an error'} where {asked}: {made.message}"
 
 
 def judge_cluster(
@@ -131,35 +164,37 @@ def judge_cluster(
     """
     outputs = [answer.output for answer in answers]
     payloads = [answer.values for answer in answers]
-    made = dataclasses.replace(answers[0], output={}, values=b"")  # how, and its candidates
+    count = len(outputs)
+    for process, output in enumerate(outputs):
+        if output.error is not None:
+            return Verdict.FAIL, f"process {process} of {count}: {_unread(output)}"
 
-    def judged(output: dict[str, Any], values: bytes) -> tuple[Verdict, str]:
-        return judge(
-            problem, case, dataclasses.replace(made, output=output, values=values), devices
-        )
+    def judged(output: Output, values: bytes) -> tuple[Verdict, str]:
+        # How, and its candidates, are process 0's.
+        made = dataclasses.replace(answers[0], output=output, values=values)
+        return judge(problem, case, made, devices)
 
     names = problem.outputs
-    lengths = {len(o.get("items", ())) for o in outputs}
-    if names and all("items" in o for o in outputs) and len(lengths) == 1:
+    tuples = [o.items for o in outputs if o.items is not None]
+    lengths = {len(t) for t in tuples}
+    if names and len(tuples) == count and len(lengths) == 1:
         parts = [items(o, p) for o, p in zip(outputs, payloads, strict=True)]
         combined = [
-            combine([o["items"][k] for o in outputs], [p[k] for p in parts])
-            for k in range(lengths.pop())
+            combine([t[k] for t in tuples], [p[k] for p in parts]) for k in range(lengths.pop())
         ]
         for k, result in enumerate(combined):
             if isinstance(result, str):
                 return Verdict.FAIL, f"{names[k] if k < len(names) else f'item {k}'}: {result}"
         if all(result is not None for result in combined):
             parts_ = [result for result in combined if isinstance(result, tuple)]
-            header = {**outputs[0], "items": [item for item, _ in parts_]}
-            return judged(header, b"".join(d for _, d in parts_))
+            whole = dataclasses.replace(outputs[0], items=tuple(item for item, _ in parts_))
+            return judged(whole, b"".join(d for _, d in parts_))
     elif not names:
         result = combine(outputs, payloads)
         if isinstance(result, str):
             return Verdict.FAIL, result
         if result is not None:
             return judged(result[0], result[1])
-    count = len(outputs)
     for process, (output, payload) in enumerate(zip(outputs, payloads, strict=True)):
         try:
             status, message = judged(*own(output, payload))
@@ -188,7 +223,8 @@ def judge(problem: Problem, case: Case, answer: Answer, devices: int) -> tuple[V
       :attr:`~shard_tutorial.problem.Technique.hidden`), judged on its values,
       where and by whose code they were made, and its layout; or a status
       (``"fail"``, ``"technique"``, ``"placement"``, ``"reference"``,
-      ``"budget"``) and one or more sentences.
+      ``"budget"``) and one or more sentences. An output whose report was garbled
+      (:attr:`~shard_tutorial.checking.protocol.Output.error`) is ``"fail"``.
 
     Examples:
       >>> import jax.numpy as jnp
@@ -203,6 +239,8 @@ def judge(problem: Problem, case: Case, answer: Answer, devices: int) -> tuple[V
       >>> status, message.split(":")[0]
       ('technique', 'right values, computed with jax.numpy or jax.jit, not with jax.shard_map')
     """
+    if answer.output.error is not None:
+        return Verdict.FAIL, _unread(answer.output)
     labelled = _labelled(problem, answer)
     if isinstance(labelled, str):
         return Verdict.FAIL, labelled
@@ -230,7 +268,7 @@ def judge(problem: Problem, case: Case, answer: Answer, devices: int) -> tuple[V
     return Verdict.PASS, note
 
 
-_Labelled = list[tuple[str, dict[str, Any], bytes]]
+_Labelled = list[tuple[str, Output, bytes]]
 """An answer's outputs: each one's name (empty for a single output), description and values."""
 
 
@@ -241,24 +279,24 @@ def _labelled(problem: Problem, answer: Answer) -> _Labelled | str:
     if not names:
         return [("", output, payload)]
     wanted = f"the tuple ({', '.join(names)})"
-    if "items" not in output:
+    if output.items is None:
         return _not_an_array(output).split(", not an array")[0] + f", not {wanted}"
-    if len(output["items"]) != len(names):
-        return f"returned a {output['kind']} of {len(output['items'])} items, not {wanted}"
-    return list(zip(names, output["items"], items(output, payload), strict=True))
+    if len(output.items) != len(names):
+        return f"returned a {output.kind} of {len(output.items)} items, not {wanted}"
+    return list(zip(names, output.items, items(output, payload), strict=True))
 
 
 def _arrays(labelled: _Labelled) -> list[np.ndarray] | str:
     """Each output's values as a NumPy array; or why one is not an array of numbers."""
     arrays = []
     for name, item, data in labelled:
-        if item["kind"] not in {"jax.Array", "numpy"}:
+        if item.kind not in {"jax.Array", "numpy"}:
             return _named(name, _not_an_array(item))
         try:
             arrays.append(array(item, data))
         except ValueError:
             return _named(name, (
-                f"returned an array of {item.get('dtype')}, which is not a dtype of numbers "
+                f"returned an array of {item.dtype}, which is not a dtype of numbers "
                 "(nor of the size its shape says)"
             ))  # fmt: skip
     return arrays
@@ -276,7 +314,7 @@ def _judge_values(
     received: Any = tuple(arrays) if problem.outputs else arrays[0]
     with jax.enable_x64(False):  # the expected dtypes are JAX's defaults, whatever the caller's
         diagnosis = problem.diagnose(case, received, devices)
-    differ = [name or "the output" for name, item, _ in labelled if item.get("replicas_differ")]
+    differ = [name or "the output" for name, item, _ in labelled if item.replicas_differ]
     if differ:
         return (
             f"the devices hold different values for {' and '.join(differ)}, which the output's "
@@ -287,7 +325,7 @@ def _judge_values(
     if diagnosis is not None:
         return diagnosis + _what_ran(how, devices, diagnosis)
     for name, item, _ in labelled:
-        if item["kind"] == "numpy":
+        if item.kind == "numpy":
             return _named(name, (
                 "right values, but a NumPy array, not a jax.Array: the answer was brought to "
                 "the host; return the array JAX computed, still on its devices"
@@ -298,12 +336,11 @@ def _judge_values(
 def _judge_placement(problem: Problem, case: Case, labelled: _Labelled, devices: int) -> str | None:
     """Why an output is laid out over the devices otherwise than the contract says; None if not."""
     for (name, item, _), placement in zip(labelled, problem.placements(), strict=True):
-        if placement is None:
+        # A jax.Array has all three (decode_answer checks); a NumPy array got FAIL before.
+        if placement is None or item.shape is None or item.split is None or item.devices is None:
             continue
         blocks = None if placement.blocks is None else placement.blocks(case.args, devices)
-        wrong = placement.diagnose(
-            tuple(item["shape"]), tuple(item["split"]), int(item["devices"]), blocks
-        )
+        wrong = placement.diagnose(item.shape, item.split, item.devices, blocks)
         if wrong is not None:
             return _named(name, wrong)
     return None
@@ -339,7 +376,7 @@ def _what_ran(how: How | None, devices: int, message: str) -> str:
 def _judge_how(
     problem: Problem,
     case: Case,
-    outputs: Sequence[dict[str, Any]],
+    outputs: Sequence[Output],
     expected: Sequence[np.ndarray],
     devices: int,
     how: How,
@@ -402,8 +439,8 @@ def _judge_how(
             )
         made_at.append(None if origin is None else origin.order)
     for k, item in enumerate(outputs):
-        held = int(item.get("devices", 1))
-        if item.get("kind") == "jax.Array" and held < wanted:
+        held = 1 if item.devices is None else item.devices
+        if item.kind == "jax.Array" and held < wanted:
             name = problem.outputs[k] if problem.outputs else "the result"
             return Verdict.PLACEMENT, (
                 f"right values, but {name} lies on {_devices(held)}, where the contract's mesh "
@@ -961,13 +998,18 @@ def _named(name: str, message: str) -> str:
     return f"{name}: {message}" if name else message
 
 
-def _not_an_array(output: dict[str, Any]) -> str:
+def _unread(output: Output) -> str:
+    """What to say when the report of what a solution returned cannot be read."""
+    return f"the checker could not read what the solution returned: {output.error}"
+
+
+def _not_an_array(output: Output) -> str:
     """What to say when a solution returned something other than an array."""
-    kind, shown = str(output["kind"]), output.get("repr", "")
+    kind, shown = output.kind, output.repr or ""
     if kind == "NoneType":
         return "returned None, not an array: is a return statement missing?"
     if kind in {"list", "tuple"}:
-        length = output.get("length")
+        length = output.length
         return (
             f"returned a {kind} of {length} item{'' if length == 1 else 's'}, not an array: "
             "put them in one "
@@ -984,14 +1026,14 @@ def _not_an_array(output: dict[str, Any]) -> str:
         return "returned a generator, not an array: is there a yield where a return should be?"
     if kind.startswith("array of"):
         return f"returned an {kind}, not an array of numbers"
-    if kind in {"ArrayImpl", "jax.Array"} and "problem" in output:
+    if kind in {"ArrayImpl", "jax.Array"} and output.problem is not None:
         return (
             "returned a jax.Array that cannot be read: its shards do not fit together into "
-            f"an array of its shape ({output['problem']}). jax 0.10 makes such an array "
+            f"an array of its shape ({output.problem}). jax 0.10 makes such an array "
             "from an all_to_all of empty blocks: handle the empty case before the "
             "collective, as the statement says"
         )
     article = "an" if kind[:1].lower() in "aeiou" else "a"
     return f"returned {article} {kind}, not an array" + (
-        f" (reading it raised: {output['problem']})" if "problem" in output else ""
+        f" (reading it raised: {output.problem})" if output.problem is not None else ""
     )

@@ -2,36 +2,45 @@ r"""What a worker sends the checker about one answer, and the verdicts the judge
 
 The worker (:mod:`shard_tutorial.checking.worker`) runs the solution and describes what
 it returned; the judge (:mod:`shard_tutorial.checking.judge`) reads that description in
-the checker's process. An answer is an :class:`Answer`: the output's description and
-values, and :class:`How` it was made (the :class:`Program` runs, :class:`Transfer`
-copies and :class:`Candidate` arrays it depends on, what each output array was
-:class:`MadeBy`, and for a budget's growth what each program :class:`Held`), all frozen
+the checker's process. An answer is an :class:`Answer`: the :class:`Output`'s
+description (for a tuple or a list, its items; on a cluster, the :class:`Shard` blocks
+this process holds) and values, and :class:`How` it was made (the :class:`Program`
+runs, :class:`Transfer` copies and :class:`Candidate` arrays it depends on, what each
+output array was :class:`MadeBy`, and for a budget's growth what each program
+:class:`Held`); a call that raised is a :class:`Raised` instead. All are frozen
 dataclasses. On the pipe between them an answer is one report: a line of JSON (the
-event) and raw bytes (the payload). :func:`encode_answer` makes the report from an
-:class:`Answer`, on the worker's side, and :func:`decode_answer` makes the
-:class:`Answer` back, on the checker's side: the only two places that turn these
-records into JSON-ready data and back (each record's ``to_json`` and ``from_json``),
-and that know how the payload is laid out (the output's values, then the values of
-the candidate arrays that ``how`` lists, ``"how_nbytes"`` of them). The worker runs the
-solution's code, which can write anything on the pipe: a report that is not as
-:func:`encode_answer` makes it decodes as a :class:`How` that says it was garbled
-(:data:`GARBLED`), never as an error of the checker's.
+event) and raw bytes (the payload); an error raised is a line of JSON alone.
+:func:`encode_answer` and :func:`encode_raised` make the report, on the worker's side,
+and :func:`decode_answer` and :func:`decode_raised` make the record back, on the
+checker's side: the only places that turn these records into JSON-ready data and back
+(each record's ``to_json`` and ``from_json``), and that know how the payload is laid
+out (the output's values, then the values of the candidate arrays that ``how`` lists,
+``"how_nbytes"`` of them). The worker runs the solution's code, which can write
+anything on the pipe: a report that is not as the encoders make it decodes as a record
+that says it was garbled (:data:`GARBLED`: an :class:`Output`, a :class:`How` or a
+:class:`Raised` whose ``error`` it is), which the judge turns into a verdict, never as
+an error of the checker's.
 
 A verdict is one :class:`Verdict` and one message.
 
 Examples:
   >>> from shard_tutorial.checking.protocol import (
-  ...     Answer, How, MadeBy, Program, decode_answer, encode_answer)
+  ...     Answer, How, MadeBy, Output, Program, decode_answer, encode_answer)
   >>> how = How(True, (Program(0, 8, True, ("psum", "shard_map")),), made_by=(MadeBy(0, "program"),))
-  >>> sent = Answer({"kind": "jax.Array", "nbytes": 4}, b"\x00\x00\x80?", how, b"\x01\x02",
-  ...               seconds=0.5)
+  >>> output = Output("jax.Array", "float32", (), (), 8)
+  >>> sent = Answer(output, b"\x00\x00\x80?", how, b"\x01\x02", seconds=0.5)
   >>> event, payload = encode_answer(sent)
   >>> event["how_nbytes"], payload, event["how"]["programs"][0]["devices"]
   (2, b'\x00\x00\x80?\x01\x02', 8)
+  >>> event["output"]
+  {'kind': 'jax.Array', 'dtype': 'float32', 'shape': [], 'split': [], 'devices': 8}
   >>> decode_answer(event, payload) == sent
   True
   >>> event["how"]["programs"][0]["devices"] = "8"  # not as the worker writes it
   >>> decode_answer(event, payload).how.error
+  "the worker's report on it was garbled"
+  >>> event["output"]["split"] = [8]  # split along an axis it does not have
+  >>> decode_answer(event, payload).output.error
   "the worker's report on it was garbled"
 """
 
@@ -40,8 +49,8 @@ from __future__ import annotations
 import dataclasses
 import enum
 import numbers
-from collections.abc import Mapping
-from typing import Any, Literal, cast
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, TypeVar, cast
 
 __all__ = [
     "GARBLED",
@@ -51,12 +60,19 @@ __all__ = [
     "How",
     "Line",
     "MadeBy",
+    "Output",
     "Program",
+    "Raised",
+    "Shard",
     "Transfer",
     "Verdict",
     "decode_answer",
+    "decode_raised",
     "encode_answer",
+    "encode_raised",
 ]
+
+_T = TypeVar("_T")
 
 
 class Verdict(enum.StrEnum):
@@ -92,7 +108,8 @@ class Verdict(enum.StrEnum):
 
 
 GARBLED = "the worker's report on it was garbled"
-"""The :attr:`How.error` of a report that :func:`decode_answer` cannot read."""
+"""The ``error`` of a record (:attr:`Output.error`, :attr:`How.error`, :attr:`Raised.error`)
+whose report :func:`decode_answer` or :func:`decode_raised` cannot read."""
 
 Line = tuple[str, int]
 """A line of the reader's code: its file and its number."""
@@ -570,12 +587,194 @@ class How:
 
 
 @dataclasses.dataclass(frozen=True)
+class Shard:
+    """One block of a ``jax.Array`` that a process of a cluster holds, as it sends it.
+
+    Attributes:
+      index: where the block lies in the array: ``(start, stop)`` per axis.
+      nbytes: how many bytes of values it has in the payload, after the blocks before it.
+
+    Examples:
+      >>> from shard_tutorial.checking.protocol import Shard
+      >>> shard = Shard(((0, 4), (0, 2)), 32)
+      >>> Shard.from_json(shard.to_json()) == shard, shard.to_json()["index"]
+      (True, [[0, 4], [0, 2]])
+    """
+
+    index: tuple[tuple[int, int], ...]
+    nbytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        """This block as JSON-ready data (for :func:`encode_answer`).
+
+        Examples:
+          >>> from shard_tutorial.checking.protocol import Shard
+          >>> Shard(((4, 8),), 16).to_json()
+          {'index': [[4, 8]], 'nbytes': 16}
+        """
+        return {"index": [list(pair) for pair in self.index], "nbytes": self.nbytes}
+
+    @classmethod
+    def from_json(cls, data: object) -> Shard:
+        """The block :meth:`to_json` described; ValueError if ``data`` is not one.
+
+        Examples:
+          >>> from shard_tutorial.checking.protocol import Shard
+          >>> Shard.from_json({"index": [[4, 8]], "nbytes": 16})
+          Shard(index=((4, 8),), nbytes=16)
+          >>> Shard.from_json({"index": [[8, 4]], "nbytes": 16})
+          Traceback (most recent call last):
+          ValueError: a block from 8 to 4
+        """
+        found = _object(data)
+        index = []
+        for value in _list(found, "index"):
+            pair = _sequence(value)
+            _check(len(pair) == 2, "not a (start, stop) pair")
+            start, stop = _whole(pair[0]), _whole(pair[1])
+            _check(start <= stop, f"a block from {start} to {stop}")
+            index.append((start, stop))
+        return cls(tuple(index), _int(found, "nbytes"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Output:
+    """What a solution returned, as the worker describes it; its values are sent apart.
+
+    Made by :func:`shard_tutorial.checking.worker.describe_output`. Only ``kind`` is
+    always there; the other fields are None (False) where they do not apply.
+
+    Attributes:
+      kind: what it is: ``"jax.Array"``, ``"numpy"`` (a NumPy array or scalar),
+        ``"array of <dtype>"`` (an array of objects, text or dates, whose values are
+        not sent), else its Python type's name (``"tuple"``, ``"NoneType"``, ``"int"``).
+      dtype: an array's dtype, by name.
+      shape: an array's shape.
+      split: a ``jax.Array``'s layout: for each axis, how many blocks the devices hold.
+      devices: how many devices hold a part of a ``jax.Array``.
+      replicas_differ: whether two devices hold different values for the same block (an
+        output that ``out_specs`` calls replicated but that the devices computed
+        differently, which ``check_vma=False`` lets through).
+      length: a tuple's or a list's length.
+      items: a tuple's or a list's items (of at most
+        :data:`~shard_tutorial.checking.worker.MAX_ITEMS`), each with its ``nbytes``:
+        their values follow one another. None: not described item by item.
+      nbytes: an item's number of bytes of values.
+      repr: a Python number's or str's ``repr``, cut to 40 characters.
+      problem: what describing it raised (an object whose methods raise), if it did.
+      shards: on a cluster, the blocks of a ``jax.Array`` this process holds, each
+        once, in the order of their values.
+      device_ids: on a cluster, the devices (of every process) a ``jax.Array`` lies on.
+      error: why the description is not known (its report was garbled:
+        :data:`GARBLED`); None if it is. Then the output is not judged right.
+
+    Examples:
+      >>> from shard_tutorial.checking.protocol import Output
+      >>> array = Output("jax.Array", "float32", (4,), (2,), 2, nbytes=16)
+      >>> pair = Output("tuple", length=2, items=(array, Output("int", repr="1", nbytes=0)))
+      >>> Output.from_json(pair.to_json()) == pair, pair.to_json()["items"][1]
+      (True, {'kind': 'int', 'repr': '1', 'nbytes': 0})
+      >>> Output.from_json({"kind": "jax.Array", "dtype": "float32", "shape": [4]})
+      Traceback (most recent call last):
+      ValueError: a jax.Array with no split or no devices
+    """
+
+    kind: str
+    dtype: str | None = None
+    shape: tuple[int, ...] | None = None
+    split: tuple[int, ...] | None = None
+    devices: int | None = None
+    replicas_differ: bool = False
+    length: int | None = None
+    items: tuple[Output, ...] | None = None
+    nbytes: int | None = None
+    repr: str | None = None
+    problem: str | None = None
+    shards: tuple[Shard, ...] | None = None
+    device_ids: tuple[int, ...] | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The description as JSON-ready data (for :func:`encode_answer`): only what is there.
+
+        Examples:
+          >>> from shard_tutorial.checking.protocol import Output
+          >>> Output("jax.Array", "float32", (3,), (1,), 1).to_json()
+          {'kind': 'jax.Array', 'dtype': 'float32', 'shape': [3], 'split': [1], 'devices': 1}
+          >>> Output("NoneType").to_json()
+          {'kind': 'NoneType'}
+        """
+        data: dict[str, Any] = {"kind": self.kind}
+        for key in ("length", "repr", "problem", "dtype"):
+            if getattr(self, key) is not None:
+                data[key] = getattr(self, key)
+        for key in ("shape", "split"):
+            if getattr(self, key) is not None:
+                data[key] = list(getattr(self, key))
+        if self.devices is not None:
+            data["devices"] = self.devices
+        if self.device_ids is not None:
+            data["device_ids"] = list(self.device_ids)
+        if self.replicas_differ:
+            data["replicas_differ"] = True
+        if self.shards is not None:
+            data["shards"] = [shard.to_json() for shard in self.shards]
+        if self.items is not None:
+            data["items"] = [item.to_json() for item in self.items]
+        if self.nbytes is not None:
+            data["nbytes"] = self.nbytes
+        if self.error is not None:
+            data["error"] = self.error
+        return data
+
+    @classmethod
+    def from_json(cls, data: object) -> Output:
+        """The description :meth:`to_json` made; ValueError if ``data`` is not one.
+
+        Besides each field's type, what the judge relies on is checked: an array has
+        a dtype and a shape, a ``jax.Array`` its split (one per axis) and devices; an
+        item has its ``nbytes`` and no items of its own; a block lies inside its array.
+
+        Examples:
+          >>> from shard_tutorial.checking.protocol import Output
+          >>> listed = Output.from_json({"kind": "list", "length": 40})
+          >>> listed.kind, listed.length, listed.items, listed.shape
+          ('list', 40, None, None)
+          >>> Output.from_json({"kind": "numpy", "dtype": "int32", "shape": ["2"]})
+          Traceback (most recent call last):
+          ValueError: not a count: '2'
+        """
+        found = _object(data)
+        items = _optional(found, "items", _sequence)
+        shards = _optional(found, "shards", _sequence)
+        output = cls(
+            kind=_str(found, "kind"),
+            dtype=_optional(found, "dtype", _text),
+            shape=_optional(found, "shape", _counts),
+            split=_optional(found, "split", _counts),
+            devices=_optional(found, "devices", _whole),
+            replicas_differ=_optional(found, "replicas_differ", _truth) or False,
+            length=_optional(found, "length", _whole),
+            items=None if items is None else tuple(map(_item, items)),
+            nbytes=_optional(found, "nbytes", _whole),
+            repr=_optional(found, "repr", _text),
+            problem=_optional(found, "problem", _text),
+            shards=None if shards is None else tuple(map(Shard.from_json, shards)),
+            device_ids=_optional(found, "device_ids", _counts),
+            error=_optional(found, "error", _text),
+        )
+        _check_output(output)
+        return output
+
+
+@dataclasses.dataclass(frozen=True)
 class Answer:
     """What a solution returned for one case, and how it was made, as the worker saw it.
 
     Attributes:
-      output: the output's description (:func:`shard_tutorial.checking.worker.describe_output`):
-        its kind, dtype, shape, layout, and for a tuple its items.
+      output: the output's :class:`Output` description
+        (:func:`shard_tutorial.checking.worker.describe_output`): its kind, dtype, shape,
+        layout, and for a tuple its items.
       values: the output's values, as ``output`` lays them out.
       how: how it was made (:func:`shard_tutorial.checking.worker.describe_lineage`): the
         programs the call ran, the copies from the host, the candidate arrays; None if
@@ -585,11 +784,81 @@ class Answer:
       seconds: how long the call took, or None.
     """
 
-    output: dict[str, Any]
+    output: Output
     values: bytes
     how: How | None = None
     candidates: bytes = b""
     seconds: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Raised:
+    """What a solution raised for one case, as the worker saw it, in place of an :class:`Answer`.
+
+    Attributes:
+      message: the error's type and message, a hint where one helps, and the reader's
+        own frames (:func:`shard_tutorial.checking.worker.describe_exception`).
+      memory: whether it says the process ran out of memory (the checker's limit).
+      types: the names of its class and of the classes it derives from, nearest
+        first: for an input the statement refuses, whether it is the error asked for.
+      error: why what was raised is not known (its report was garbled:
+        :data:`GARBLED`); None if it is. Then it is not judged the error asked for.
+
+    Examples:
+      >>> from shard_tutorial.checking.protocol import Raised
+      >>> raised = Raised("ValueError: no", False, ("ValueError", "Exception"))
+      >>> Raised.from_json(raised.to_json()) == raised, raised.to_json()["types"]
+      (True, ['ValueError', 'Exception'])
+      >>> Raised.from_json({"message": "ValueError: no", "memory": "no", "types": []}).error
+      "the worker's report on it was garbled"
+    """
+
+    message: str = ""
+    memory: bool = False
+    types: tuple[str, ...] = ()
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """This error as JSON-ready data (for :func:`encode_raised`); ``"error"`` only when set.
+
+        Examples:
+          >>> from shard_tutorial.checking.protocol import Raised
+          >>> Raised("MemoryError", True, ("MemoryError",)).to_json()
+          {'message': 'MemoryError', 'memory': True, 'types': ['MemoryError']}
+        """
+        data: dict[str, Any] = {
+            "message": self.message,
+            "memory": self.memory,
+            "types": list(self.types),
+        }
+        if self.error is not None:
+            data["error"] = self.error
+        return data
+
+    @classmethod
+    def from_json(cls, data: object) -> Raised:
+        """The :class:`Raised` :meth:`to_json` described.
+
+        Anything else (a field missing, or of the wrong type) reads as a
+        :class:`Raised` whose :attr:`error` is :data:`GARBLED`.
+
+        Examples:
+          >>> from shard_tutorial.checking.protocol import Raised
+          >>> Raised.from_json({"message": "ZeroDivisionError", "memory": False, "types": []})
+          Raised(message='ZeroDivisionError', memory=False, types=(), error=None)
+          >>> Raised.from_json({"memory": False, "types": []}).error
+          "the worker's report on it was garbled"
+        """
+        try:
+            found = _object(data)
+            return cls(
+                message=_str(found, "message"),
+                memory=_bool(found, "memory"),
+                types=_strings(found, "types"),
+                error=_optional(found, "error", _text),
+            )
+        except (ValueError, TypeError):
+            return cls(error=GARBLED)
 
 
 def encode_answer(answer: Answer) -> tuple[dict[str, Any], bytes]:
@@ -599,7 +868,7 @@ def encode_answer(answer: Answer) -> tuple[dict[str, Any], bytes]:
     """
     event: dict[str, Any] = {
         "event": "output",
-        "output": answer.output,
+        "output": answer.output.to_json(),
         "how": None if answer.how is None else answer.how.to_json(),
         "how_nbytes": len(answer.candidates),
     }
@@ -613,24 +882,80 @@ def decode_answer(event: dict[str, Any], payload: bytes) -> Answer:
 
     A report whose sizes do not add up is read as the output's values, with a ``how``
     that says the report was garbled (the technique is then not judged as right); so
-    is one whose ``how`` is missing, or not as :meth:`How.to_json` makes it.
+    is one whose ``how`` is missing, or not as :meth:`How.to_json` makes it. An
+    ``output`` that is missing, not as :meth:`Output.to_json` makes it, or whose
+    items' or blocks' sizes do not add up to its values', is read as an
+    :class:`Output` that says it was garbled (the output is then not judged as right).
 
     Examples:
       >>> from shard_tutorial.checking.protocol import decode_answer
-      >>> decode_answer({"output": {}, "how": {}, "how_nbytes": 9}, b"1234").how.error
+      >>> decode_answer({"output": {"kind": "int"}, "how": {}, "how_nbytes": 9}, b"").how.error
       "the worker's report on it was garbled"
-      >>> decode_answer({"output": {}, "how": None, "how_nbytes": 0}, b"1234").how.error
+      >>> decode_answer({"output": {"kind": "int"}, "how": None, "how_nbytes": 0}, b"").how.error
+      "the worker's report on it was garbled"
+      >>> decode_answer({"output": {}, "how": None, "how_nbytes": 0}, b"").output.error
+      "the worker's report on it was garbled"
+      >>> items = [{"kind": "numpy", "dtype": "int8", "shape": [2], "nbytes": 3}]
+      >>> event = {"output": {"kind": "tuple", "length": 1, "items": items}, "how_nbytes": 0}
+      >>> decode_answer(event, b"12").output.error  # 3 bytes said, 2 sent
       "the worker's report on it was garbled"
     """
     seconds = event.get("seconds")
     seconds = float(seconds) if isinstance(seconds, int | float) else None
-    output = event.get("output")
-    output = output if isinstance(output, dict) else {}
     extra = event.get("how_nbytes", 0)
     if isinstance(extra, bool) or not isinstance(extra, int) or not 0 <= extra <= len(payload):
+        output = _output(event.get("output"), len(payload))
         return Answer(output, payload, How(error=GARBLED), b"", seconds)
     cut = len(payload) - extra
+    output = _output(event.get("output"), cut)
     return Answer(output, payload[:cut], How.from_json(event.get("how")), payload[cut:], seconds)
+
+
+def encode_raised(raised: Raised) -> dict[str, Any]:
+    """The worker's report of an error the solution raised: its event (JSON-ready), no payload.
+
+    Examples:
+      >>> from shard_tutorial.checking.protocol import Raised, decode_raised, encode_raised
+      >>> raised = Raised("ZeroDivisionError: division by zero", False, ("ZeroDivisionError",))
+      >>> event = encode_raised(raised)
+      >>> event["event"], event["memory"], decode_raised(event).types
+      ('raised', False, ('ZeroDivisionError',))
+    """
+    return {"event": "raised", **raised.to_json()}
+
+
+def decode_raised(event: dict[str, Any]) -> Raised:
+    """The :class:`Raised` a ``"raised"`` event reports; a garbled one if it is not as sent.
+
+    Examples:
+      >>> from shard_tutorial.checking.protocol import decode_raised
+      >>> decode_raised({"event": "raised", "message": "boom", "memory": False, "types": ["E"]})
+      Raised(message='boom', memory=False, types=('E',), error=None)
+      >>> decode_raised({"event": "raised", "message": "boom", "memory": 0, "types": ["E"]}).error
+      "the worker's report on it was garbled"
+    """
+    return Raised.from_json(event)
+
+
+def _output(data: object, size: int) -> Output:
+    """The :class:`Output` ``data`` describes, of ``size`` bytes of values; a garbled one if not."""
+    try:
+        output = Output.from_json(data)
+        _check(_fits(output, size), "values of other sizes than the description's")
+    except (ValueError, TypeError):
+        return Output("", error=GARBLED)
+    return output
+
+
+def _fits(output: Output, size: int) -> bool:
+    """Whether ``output``'s items, or its blocks, account for its ``size`` bytes of values."""
+    if output.items is not None:
+        sizes = [cast("int", item.nbytes) for item in output.items]  # an item has its nbytes
+        fits = all(_fits(item, n) for item, n in zip(output.items, sizes, strict=True))
+        return fits and sum(sizes) == size
+    if output.shards is not None:
+        return sum(shard.nbytes for shard in output.shards) == size
+    return True
 
 
 # Reading the worker's JSON: each raises ValueError on what a genuine worker never sends.
@@ -732,3 +1057,51 @@ def _limits(value: object) -> dict[str, float]:
     real = [isinstance(v, numbers.Real) and not isinstance(v, bool) for v in limits.values()]
     _check(all(real), "a limit that is not a number")
     return {str(key): float(limit) for key, limit in limits.items()}
+
+
+def _optional(data: dict[str, Any], key: str, read: Callable[[Any], _T]) -> _T | None:
+    """``read(data[key])``, or None where the key is not there (or null)."""
+    value = data.get(key)
+    return None if value is None else read(value)
+
+
+def _text(value: object) -> str:
+    _check(isinstance(value, str), f"not a str: {value!r}")
+    return cast("str", value)
+
+
+def _truth(value: object) -> bool:
+    _check(isinstance(value, bool), f"not a bool: {value!r}")
+    return cast("bool", value)
+
+
+def _counts(value: object) -> tuple[int, ...]:
+    """``value`` if it is a JSON array of counts (a shape, a split, device ids)."""
+    return tuple(_whole(n) for n in _sequence(value))
+
+
+def _item(value: object) -> Output:
+    """An item of a tuple or list: an :class:`Output` with its ``nbytes``, no items of its own."""
+    _check("items" not in _object(value), "an item with items of its own")
+    item = Output.from_json(value)
+    _check(item.nbytes is not None, "an item with no nbytes")
+    return item
+
+
+def _check_output(output: Output) -> None:
+    """Raise ValueError where ``output`` lacks what the judge reads of its kind."""
+    if output.kind in {"jax.Array", "numpy"}:
+        _check(output.dtype is not None and output.shape is not None, "an array with no shape")
+    shape = output.shape or ()
+    if output.kind == "jax.Array":
+        split, devices = output.split, output.devices
+        _check(split is not None and devices is not None, "a jax.Array with no split or no devices")
+        _check(len(cast("tuple[int, ...]", split)) == len(shape), "a split of another length")
+    if output.shards is not None:
+        _check(output.kind == "jax.Array", "blocks of something other than a jax.Array")
+        _check(output.device_ids is not None, "blocks with no device ids")
+        for shard in output.shards:
+            inside = len(shard.index) == len(shape) and all(
+                stop <= n for (_, stop), n in zip(shard.index, shape, strict=True)
+            )
+            _check(inside, "a block outside its array")

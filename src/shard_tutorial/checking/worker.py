@@ -18,7 +18,9 @@ of its own) cannot be mistaken for a report:
 - ``{"event": "output", "case": i, "output": {...}, "how": {...}, "nbytes": n}``
   with what the solution returned (see :func:`describe_output`) and how it was
   made, read from the very call that returned it (see :func:`answer`), or
-  ``{"event": "raised", "case": i, "message": ..., "memory": bool}``;
+  ``{"event": "raised", "case": i, "message": ..., "memory": bool, "types": [...]}``
+  (see :func:`~shard_tutorial.checking.protocol.encode_answer` and
+  :func:`~shard_tutorial.checking.protocol.encode_raised`);
 - ``{"event": "done"}`` at the end.
 
 Before the first case, the arguments are laid out as the problem's contract says they
@@ -50,9 +52,13 @@ from shard_tutorial.checking.protocol import (
     How,
     Line,
     MadeBy,
+    Output,
     Program,
+    Raised,
+    Shard,
     Transfer,
     encode_answer,
+    encode_raised,
 )
 
 MESSAGE_LIMIT = 4000  # characters of an error message kept in a report
@@ -214,58 +220,56 @@ def load_solution(spec: dict[str, Any]) -> Callable[..., Any]:
 MAX_ITEMS = 16  # items of a returned tuple or list described one by one
 
 
-def describe_output(value: object, shards: bool = False) -> tuple[dict[str, Any], bytes]:
-    """What the solution returned, as plain data (a JSON header) and its values' bytes.
+def describe_output(value: object, shards: bool = False) -> tuple[Output, bytes]:
+    """What the solution returned, described as plain data, and its values' bytes.
 
-    The header says what ``value`` is (``"kind"``: ``"jax.Array"``, ``"numpy"``, a
-    Python type's name), and for arrays their ``dtype``, ``shape`` and, for a
-    ``jax.Array``, its layout: ``split`` (for each axis, how many blocks the
-    devices hold) and ``devices`` (how many hold a part). ``"replicas_differ":
-    true`` is added when two devices hold different values for the same block
-    (an output that ``out_specs`` calls replicated but that the devices computed
-    differently, which ``check_vma=False`` lets through).
+    The description, an :class:`~shard_tutorial.checking.protocol.Output`, says what
+    ``value`` is (``kind``: ``"jax.Array"``, ``"numpy"``, a Python type's name), and for
+    arrays their ``dtype``, ``shape`` and, for a ``jax.Array``, its layout: ``split``
+    (for each axis, how many blocks the devices hold) and ``devices`` (how many hold a
+    part). ``replicas_differ`` is True when two devices hold different values for the
+    same block (an output that ``out_specs`` calls replicated but that the devices
+    computed differently, which ``check_vma=False`` lets through).
 
-    A tuple or a list (of at most :data:`MAX_ITEMS` items) has ``"items"``: each
-    item's header, with its ``nbytes``; their bytes follow one another.
+    A tuple or a list (of at most :data:`MAX_ITEMS` items) has ``items``: each
+    item's description, with its ``nbytes``; their bytes follow one another.
 
     With ``shards`` (a process of a cluster, which may not see a ``jax.Array``
     whole), the values of a ``jax.Array`` are those of the shards this process
-    holds, each once: ``"shards"`` lists each one's ``index`` (``[start, stop]``
-    per axis) and ``nbytes``, in the order of the bytes, and ``"device_ids"`` says
+    holds, each once: ``shards`` lists each one's ``index`` (``(start, stop)``
+    per axis) and ``nbytes``, in the order of the bytes, and ``device_ids`` says
     which devices, of every process, the array lives on. Nothing is fetched from
     another process (no collective), so this never waits for one.
 
     Examples:
       >>> import jax.numpy as jnp
       >>> from shard_tutorial.checking.worker import describe_output
-      >>> header, values = describe_output(jnp.arange(3.0))
-      >>> header
-      {'kind': 'jax.Array', 'dtype': 'float32', 'shape': [3], 'split': [1], 'devices': 1}
+      >>> output, values = describe_output(jnp.arange(3.0))
+      >>> output.kind, output.dtype, output.shape, output.split, output.devices
+      ('jax.Array', 'float32', (3,), (1,), 1)
       >>> len(values)
       12
-      >>> describe_output([1, 2])[0]["items"]
-      [{'kind': 'int', 'repr': '1', 'nbytes': 0}, {'kind': 'int', 'repr': '2', 'nbytes': 0}]
-      >>> header, values = describe_output((jnp.ones(2), jnp.zeros(())))
-      >>> [item["shape"] for item in header["items"]], len(values)
-      ([[2], []], 12)
-      >>> header, values = describe_output(jnp.arange(3.0), shards=True)
-      >>> header["shards"], header["device_ids"], len(values)
-      ([{'index': [[0, 3]], 'nbytes': 12}], [0], 12)
+      >>> [(item.kind, item.repr, item.nbytes) for item in describe_output([1, 2])[0].items]
+      [('int', '1', 0), ('int', '2', 0)]
+      >>> output, values = describe_output((jnp.ones(2), jnp.zeros(())))
+      >>> [item.shape for item in output.items], len(values)
+      ([(2,), ()], 12)
+      >>> output, values = describe_output(jnp.arange(3.0), shards=True)
+      >>> output.shards, output.device_ids, len(values)
+      ((Shard(index=((0, 3),), nbytes=12),), (0,), 12)
     """
     if isinstance(value, list | tuple) and len(value) <= MAX_ITEMS:
-        header: dict[str, Any] = {"kind": type(value).__name__, "length": len(value)}
         items, chunks = [], []
         for item in value:
-            item_header, data = _describe_one(item, shards)
-            item_header["nbytes"] = len(data)
-            items.append(item_header)
+            described, data = _describe_one(item, shards)
+            items.append(dataclasses.replace(described, nbytes=len(data)))
             chunks.append(data)
-        header["items"] = items
-        return header, b"".join(chunks)
+        output = Output(type(value).__name__, length=len(value), items=tuple(items))
+        return output, b"".join(chunks)
     return _describe_one(value, shards)
 
 
-def _describe_one(value: object, shards: bool) -> tuple[dict[str, Any], bytes]:
+def _describe_one(value: object, shards: bool) -> tuple[Output, bytes]:
     """:func:`describe_output` of a value that is not described item by item."""
     import jax  # noqa: PLC0415
     import numpy as np  # noqa: PLC0415
@@ -273,34 +277,28 @@ def _describe_one(value: object, shards: bool) -> tuple[dict[str, Any], bytes]:
     if isinstance(value, jax.Array):
         shape = tuple(value.shape)
         blocks = value.sharding.shard_shape(shape)
-        split = [n // b if b else 1 for n, b in zip(shape, blocks, strict=True)]
-        header: dict[str, Any] = {
-            "kind": "jax.Array",
-            "dtype": str(value.dtype),
-            "shape": list(shape),
-            "split": split,
-            "devices": len(value.sharding.device_set),
-        }
+        split = tuple(n // b if b else 1 for n, b in zip(shape, blocks, strict=True))
+        devices = len(value.sharding.device_set)
+        output = Output("jax.Array", str(value.dtype), shape, split, devices)
         if shards:
-            return _describe_shards(value, header)
+            return _describe_shards(value, output)
         if _replicas_differ(value):
-            header["replicas_differ"] = True
+            output = dataclasses.replace(output, replicas_differ=True)
         array = np.asarray(value)
     elif isinstance(value, np.ndarray | np.generic) and value.dtype != object:
         array = np.asarray(value)
-        header = {"kind": "numpy", "dtype": str(array.dtype), "shape": list(array.shape)}
+        output = Output("numpy", str(array.dtype), tuple(array.shape))
     else:
-        header = {"kind": type(value).__name__}
+        kind = type(value).__name__
         if isinstance(value, list | tuple):
-            header["length"] = len(value)
-        elif isinstance(value, int | float | complex | str | bool):
+            return Output(kind, length=len(value)), b""
+        if isinstance(value, int | float | complex | str | bool):
             text = repr(value)
-            header["repr"] = text if len(text) <= 40 else text[:37] + "..."
-        return header, b""
+            return Output(kind, repr=text if len(text) <= 40 else text[:37] + "..."), b""
+        return Output(kind), b""
     if array.dtype.kind in "OSUMm":  # objects, text, dates: not numbers
-        header["kind"] = f"array of {array.dtype}"
-        return header, b""
-    return header, np.ascontiguousarray(array).tobytes()
+        return dataclasses.replace(output, kind=f"array of {array.dtype}"), b""
+    return output, np.ascontiguousarray(array).tobytes()
 
 
 def _block_index(shard: Any, shape: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
@@ -323,34 +321,36 @@ def _replicas_differ(value: Any) -> bool:
     return False
 
 
-def _describe_shards(value: Any, header: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
-    """``header`` completed with the shards this process holds, and their bytes."""
+def _describe_shards(value: Any, output: Output) -> tuple[Output, bytes]:
+    """``output`` completed with the shards this process holds, and their bytes."""
     import numpy as np  # noqa: PLC0415
 
-    header["device_ids"] = sorted(device.id for device in value.sharding.device_set)
+    device_ids = tuple(sorted(device.id for device in value.sharding.device_set))
     seen: dict[tuple[tuple[int, int], ...], bytes] = {}
+    differ = False
     described, chunks = [], []
     for shard in value.addressable_shards:
         index = _block_index(shard, tuple(value.shape))
         data = np.ascontiguousarray(np.asarray(shard.data)).tobytes()
         if index in seen:  # a replica of a block already sent
-            if seen[index] != data:
-                header["replicas_differ"] = True
+            differ = differ or seen[index] != data
             continue
         seen[index] = data
-        described.append({"index": [list(pair) for pair in index], "nbytes": len(data)})
+        described.append(Shard(index, len(data)))
         chunks.append(data)
-    header["shards"] = described
-    return header, b"".join(chunks)
+    output = dataclasses.replace(
+        output, replicas_differ=differ, shards=tuple(described), device_ids=device_ids
+    )
+    return output, b"".join(chunks)
 
 
-def _class_names(error: BaseException) -> list[str]:
+def _class_names(error: BaseException) -> tuple[str, ...]:
     """The names of ``error``'s class and of the classes it derives from, nearest first."""
     names = []
     for klass in type(error).__mro__:
         name = type.__dict__["__name__"].__get__(klass)  # not a property the class redefines
         names.append(name if isinstance(name, str) else "?")
-    return names
+    return tuple(names)
 
 
 def answer(
@@ -367,8 +367,9 @@ def answer(
     Returns:
       An :class:`~shard_tutorial.checking.protocol.Answer` as
       :func:`~shard_tutorial.checking.protocol.encode_answer` sends it (the output's
-      header and, under ``"how"``, how it was made), or the ``"raised"`` event, with no
-      bytes.
+      description and, under ``"how"``, how it was made), or a
+      :class:`~shard_tutorial.checking.protocol.Raised` as
+      :func:`~shard_tutorial.checking.protocol.encode_raised` sends it, with no bytes.
 
     Examples:
       >>> import jax.numpy as jnp
@@ -383,7 +384,7 @@ def answer(
       ZeroDivisionError: division by zero
     """
     made = answer_of(solution, args, shards=shards, record=record, intact=intact, helpers=helpers)
-    return encode_answer(made) if isinstance(made, Answer) else (made, b"")
+    return encode_answer(made) if isinstance(made, Answer) else (encode_raised(made), b"")
 
 
 def answer_of(
@@ -395,7 +396,7 @@ def answer_of(
     intact: Callable[[], bool] | None = None,
     helpers: tuple[Callable[..., Any], ...] | None = None,
     stays: Sequence[int] = (),
-) -> Answer | dict[str, Any]:
+) -> Answer | Raised:
     """Call ``solution(*args)`` once and describe what it returned and how it was made.
 
     The call is recorded (:func:`shard_tutorial.checking.recording.record`): the values and
@@ -418,20 +419,20 @@ def answer_of(
         (:class:`shard_tutorial.problem.Stays`): the recording follows it.
 
     Returns:
-      An :class:`~shard_tutorial.checking.protocol.Answer`: the output's header and
-      values, and :class:`~shard_tutorial.checking.protocol.How` it was made (see
-      :func:`describe_lineage`); or, if the call raised, the ``"raised"`` event to
-      report (its ``message``, whether it ran out of ``memory``, and its class'
-      ``types``).
+      An :class:`~shard_tutorial.checking.protocol.Answer`: the output's description
+      and values, and :class:`~shard_tutorial.checking.protocol.How` it was made (see
+      :func:`describe_lineage`); or, if the call raised, a
+      :class:`~shard_tutorial.checking.protocol.Raised` (its ``message``, whether it
+      ran out of ``memory``, and its class' ``types``).
 
     Examples:
       >>> import jax.numpy as jnp
       >>> from shard_tutorial.checking.worker import answer_of
       >>> made = answer_of(lambda x: x * 2, (jnp.arange(3.0),))
-      >>> made.output["shape"], [p.devices for p in made.how.programs], made.how.intact
-      ([3], [1], True)
-      >>> answer_of(lambda x: 1 / 0, (jnp.ones(1),))["types"][:2]
-      ['ZeroDivisionError', 'ArithmeticError']
+      >>> made.output.shape, [p.devices for p in made.how.programs], made.how.intact
+      ((3,), [1], True)
+      >>> answer_of(lambda x: 1 / 0, (jnp.ones(1),)).types[:2]
+      ('ZeroDivisionError', 'ArithmeticError')
     """
     import jax  # noqa: PLC0415
 
@@ -455,17 +456,12 @@ def answer_of(
         try:
             received = jax.block_until_ready(solution(*args))
         except BaseException as error:  # noqa: BLE001 (the solution's code may raise anything)
-            return {
-                "event": "raised",
-                "message": explain(error),
-                "memory": is_memory_error(error),
-                "types": _class_names(error),
-            }
+            return Raised(explain(error), is_memory_error(error), _class_names(error))
         seconds = time.perf_counter() - began
     try:
-        header, payload = describe(received, shards=shards)
+        output, payload = describe(received, shards=shards)
     except BaseException as error:  # noqa: BLE001 (an object whose methods raise)
-        header, payload = {"kind": type(received).__name__, "problem": safe_str(error)}, b""
+        output, payload = Output(type(received).__name__, problem=safe_str(error)), b""
     try:
         how, extra = lineage(recording, received, args, shards=shards, earlier=earlier)
     except BaseException as error:  # noqa: BLE001
@@ -474,7 +470,7 @@ def answer_of(
         how, extra = How(error=first), b""
     if intact is not None and not intact():
         how = dataclasses.replace(how, intact=False)
-    return Answer(header, payload, how, extra, round(seconds, 3))
+    return Answer(output, payload, how, extra, round(seconds, 3))
 
 
 LINES = 8  # the reader's lines a program's operations came from, sent for the verdicts
@@ -625,7 +621,7 @@ def describe_lineage(
 
 
 def held_on(
-    run_case: Callable[..., Answer | dict[str, Any]],
+    run_case: Callable[..., Answer | Raised],
     solution: Callable[..., Any],
     args: tuple[Any, ...],
     cluster: object = None,
@@ -744,7 +740,7 @@ def main() -> int:
         intact=recording._Hooks.install().intact,
         helpers=(describe_output, describe_lineage, describe_exception),
     )
-    encode, held, replace = encode_answer, held_on, dataclasses.replace
+    encode, encode_error, held, replace = encode_answer, encode_raised, held_on, dataclasses.replace
     sys.path.insert(0, str(Path.cwd()))
     emit(event="loading")
     # The solution's code may raise anything, SystemExit and KeyboardInterrupt
@@ -766,7 +762,7 @@ def main() -> int:
             stays=stays if index < ordinary else (),
         )
         if not isinstance(made, Answer):  # it raised
-            emit(case=index, **made)
+            emit(case=index, **encode_error(made))
             continue
         if limits[index] and made.how is not None:
             grown_held = None
