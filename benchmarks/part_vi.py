@@ -16,16 +16,16 @@ from __future__ import annotations
 
 from shard_tutorial import use_cpu_devices
 
-use_cpu_devices(8)
+use_cpu_devices(8)  # before JAX starts, so the imports below come after it
 
-import jax  # noqa: E402 (after the device count is set)
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
 
-from shard_tutorial import get_problem  # noqa: E402
-from shard_tutorial.checking.worker import answer_of  # noqa: E402
-from shard_tutorial.collective_costs import sent_by  # noqa: E402
-from shard_tutorial.problems.pipeline_train_step import (  # noqa: E402
+from shard_tutorial import get_problem
+from shard_tutorial.checking.worker import answer_of
+from shard_tutorial.collective_costs import sent_by
+from shard_tutorial.problems.pipeline_train_step import (
     scheduled_train_step,
     tick_tables,
 )
