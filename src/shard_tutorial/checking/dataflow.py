@@ -238,7 +238,7 @@ def _forward_signs(jaxpr: Any, signs: Signs) -> Signs:
     """
     signs = dict(signs)
     for equation in jaxpr.eqns:
-        nested = _nested_one_to_one(equation)
+        nested = called_program(equation)
         if nested is not None:
             program = getattr(nested, "jaxpr", nested)
             inner = _forward_signs(program, _seeds(nested, equation.invars, signs))
@@ -266,8 +266,25 @@ def _seeds(nested: Any, operands: Sequence[Any], signs: Signs) -> Signs:
     return seeds
 
 
-def _nested_one_to_one(equation: Any) -> Any | None:
-    """The program a call (:data:`_CALLS`) runs, if its inputs and outputs are the call's."""
+def called_program(equation: Any) -> Any | None:
+    """The program a call (``jit``, ``shard_map``, ``checkpoint``, ...) runs, its inputs and outputs.
+
+    Args:
+      equation: one equation of a traced program.
+
+    Returns:
+      The nested program (a ``ClosedJaxpr`` or a ``Jaxpr``) the equation calls once,
+      its inputs and outputs the equation's, in order; None for any other equation
+      (arithmetic, a loop, a conditional).
+
+    Examples:
+      >>> import jax
+      >>> from shard_tutorial.checking.dataflow import called_program
+      >>> traced = jax.make_jaxpr(lambda x: jax.jit(jax.numpy.sin)(x) * 2)(1.0)
+      >>> call, product = traced.jaxpr.eqns
+      >>> [e.primitive.name for e in called_program(call).jaxpr.eqns], called_program(product)
+      (['sin'], None)
+    """
     if equation.primitive.name not in _CALLS:
         return None
     candidates: list[Any] = []
@@ -313,7 +330,7 @@ def _walk(jaxpr: Any, live_outputs: Sequence[bool], found: set[str], signs: Sign
         if name == "mul" and len(equation.invars) == 2:
             left, right = equation.invars
             reached = [not _is_zero(right, signs), not _is_zero(left, signs)]
-        elif (nested := _nested_one_to_one(equation)) is not None:
+        elif (nested := called_program(equation)) is not None:
             reached = _walk(
                 getattr(nested, "jaxpr", nested),
                 outputs,

@@ -23,6 +23,8 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+from shard_tutorial.checking.dataflow import called_program
+
 # Operations whose outputs are their array operands' data rearranged (and constants):
 # each output is moved data if any of the operands listed is (None: every operand).
 _REARRANGES: dict[str, tuple[int, ...] | None] = {
@@ -72,24 +74,6 @@ COLLECTIVES = frozenset(
     }
 )
 """The primitives that move data between devices, by their names in a jaxpr."""
-
-# Operations that call a nested program once, its inputs and outputs theirs.
-_CALLS = frozenset(
-    {
-        "checkpoint",
-        "closed_call",
-        "core_call",
-        "custom_jvp_call",
-        "custom_vjp_call",
-        "custom_vjp_call_jaxpr",
-        "jit",
-        "named_call",
-        "pjit",
-        "remat",
-        "remat2",
-        "shard_map",
-    }
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,24 +193,10 @@ def _equation(eqn: Any, ins: list[bool], found: set[str]) -> list[bool]:
                 got = _walk(inner, ins[1:], found)
                 outs = [a or b for a, b in zip(outs, got, strict=True)]
         return outs
-    if name in _CALLS:
-        inner = _called(eqn)
-        if inner is not None:
-            return _walk(inner, ins, found)
+    called = called_program(eqn)  # jit, shard_map, checkpoint, custom derivatives
+    if called is not None:
+        return _walk(getattr(called, "jaxpr", called), ins, found)
     return [False] * count  # arithmetic, or an operation not known: the data is consumed
-
-
-def _called(eqn: Any) -> Any:
-    """The program a call equation runs, its inputs and outputs the equation's; or None."""
-    for value in eqn.params.values():
-        inner = getattr(value, "jaxpr", value)
-        if (
-            hasattr(inner, "eqns")
-            and len(inner.invars) == len(eqn.invars)
-            and len(inner.outvars) == len(eqn.outvars)
-        ):
-            return inner
-    return None
 
 
 def _loop(eqn: Any, ins: list[bool], found: set[str]) -> list[bool]:
