@@ -103,3 +103,21 @@ def test_buffers_larger_than_the_capacity_cost_the_budget(tmp_path, device_count
     assert f"each device sends {sent:,.0f} bytes" in message
     allowed = 7 / 8 * (16 * 1 * (4 + 3) * 4 + 2 * 2 * 16 * 4)
     assert f"where this problem allows {allowed:,.0f}:" in message
+
+
+def test_at_capacity_0_eager_all_to_alls_whose_empty_results_go_unused_pass(tmp_path):
+    # Eager shard_map runs each all-to-all as a program of its own; a layer that then
+    # writes zeros at capacity 0 (nothing is kept) leaves those programs out of its
+    # answer's lineage. The statement's all-to-alls ran in the call: right, as the same
+    # layer jitted is.
+    source = LAYER.format(slots="capacity", skip="")
+    source = source.replace(
+        'y = jnp.einsum("sec,ecf->sf", dispatch * gate, back)',
+        'y = jnp.einsum("sec,ecf->sf", dispatch * gate, back) if capacity else '
+        "jnp.zeros((2 * t, F), x.dtype) * dispatch.sum()",  # varying, as y must be
+    ).replace("return jax.jit(jax.shard_map(", "return (jax.shard_map(")
+    path = tmp_path / f"{NAME}.py"
+    path.write_text(source)
+    eager = load_solution({"kind": "file", "path": str(path), "function": NAME})
+    status, message = judged(PROBLEM, eager, EMPTY)
+    assert status == "pass", message

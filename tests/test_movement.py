@@ -172,3 +172,28 @@ def test_a_device_put_that_gathers_w_carries_it_and_one_that_lays_it_out_does_no
     assert gather.carries is (N > 1)
     assert _key(gathered) in recording.stays
     assert received_bytes(split, gathered) == gather.received
+
+
+def _state_updated_in_place(w: jax.Array, _x: jax.Array) -> jax.Array:
+    # One buffer of state (w's rows beside computed ones), its first columns overwritten
+    # with computed values, then only those gathered: none of w's data moves.
+    state = jnp.concatenate([w, jnp.tanh(w)], axis=1)
+    state = state.at[:, :4].set(jnp.sin(w))
+    return jax.lax.all_gather(state[:, :4], "x", tiled=True).sum()
+
+
+def _zeros_written_with_w(w: jax.Array, _x: jax.Array) -> jax.Array:
+    # w written into a buffer of zeros (a zero-padded block), then summed over devices.
+    padded = jax.lax.dynamic_update_slice_in_dim(jnp.zeros((8 * w.shape[0], 4)), w, 0, 0)
+    return jax.lax.psum(padded, "x").sum()
+
+
+@pytest.mark.parametrize(
+    ("body", "carried"),
+    [(_state_updated_in_place, set()), (_zeros_written_with_w, {"psum"})],
+    ids=["state_updated_in_place", "zeros_written_with_w"],
+)
+def test_a_buffer_follows_what_is_written_into_it(
+    body: Callable[..., Any], carried: set[str]
+) -> None:
+    assert set(moved(_traced(body), [True, False]).collectives) == carried

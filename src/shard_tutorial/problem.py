@@ -97,16 +97,18 @@ class Forbidden:
       at_least: given a case's arguments, the fewest bytes (per device) at which
         a collective of this kind is forbidden; None: at any size. FSDP's step
         may all-reduce ``b``'s gradient, but not one the size of ``w``.
-      together: whether ``at_least`` limits the bytes of all of an answer's
-        collectives of this kind together, not of each one: FSDP's gradient of
-        ``w`` all-reduced in two halves moves as much as one all-reduce would
-        (off where a right answer runs many small ones: the hops of a ring).
+      pieces: given a case's arguments, a size in bytes: then ``at_least`` limits
+        the bytes of all of an answer's collectives of this kind that move more
+        than that, together, not each one's: FSDP's gradient of ``w`` all-reduced
+        in two halves moves as much as one all-reduce would, while the smaller
+        ones a right answer runs (``b``'s gradient, a loss, however many times)
+        are left out. None: each collective on its own.
     """
 
     kind: str
     why: str
     at_least: Callable[[tuple[Any, ...]], int] | None = dataclasses.field(default=None, repr=False)
-    together: bool = False
+    pieces: Callable[[tuple[Any, ...]], int] | None = dataclasses.field(default=None, repr=False)
 
 
 def no_communication(why: str) -> tuple[Forbidden, ...]:

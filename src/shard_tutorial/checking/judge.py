@@ -492,7 +492,9 @@ def _judge_how(
         # compiler may drop it (0 * grad): its absence is no mistake.
         return Verdict.PASS, f"{NOT_JUDGED['hidden']}: {hidden}"
     moved = [t for t in how.copies if latest is None or t.order <= latest]
-    verdict = _judge_technique(technique, case, devices, wanted, considered, practises, moved)
+    verdict = _judge_technique(
+        technique, case, devices, wanted, considered, practises, moved, how.traced
+    )
     if verdict is None and _one_device(technique, case, devices, wanted):
         return Verdict.PASS, NOT_JUDGED["one device"]  # nothing is sent, nor split, to budget
     if verdict is None and problem.budget is not None and how.limits:
@@ -664,11 +666,14 @@ def _judge_technique(
     programs: Sequence[Program],
     practises: str,
     copies: Sequence[Transfer] = (),
+    traced_in_call: Sequence[str] = (),
 ) -> tuple[Verdict, str] | None:
     """The verdict on the collectives (and shard_map) of the programs an answer came from.
 
     ``copies``: the copies to the devices the answer came from (a ``jax.device_put``
     may move what :attr:`shard_tutorial.problem.Technique.stays` keeps in place).
+    ``traced_in_call``: the primitives every program of the call traced
+    (:attr:`~shard_tutorial.checking.protocol.How.traced`).
     """
     found: list[Collective] = []
     for program in programs:
@@ -720,7 +725,9 @@ def _judge_technique(
         if not matching and traced is not None:
             # Dropped from the compiled program (empty blocks): asked of the traced one.
             kinds = set().union(*(_PRIMITIVES_OF_KIND.get(kind, set()) for kind in alternatives))
-            if any(kinds & set(p.primitives) for p in programs):
+            # Eager code runs each collective as a program of its own, whose empty
+            # result the answer need not use: any program of the call will do.
+            if kinds & set(traced_in_call) or any(kinds & set(p.primitives) for p in programs):
                 continue
             return Verdict.TECHNIQUE, (
                 f"right values, but no {asked} in the program JAX traced ({traced}): {practises}"
@@ -741,10 +748,12 @@ def _judge_technique(
     for rule in technique.forbidden:
         limit = rule.at_least(case.args) if rule.at_least is not None else 0
         of_kind = [c for c in found if c.kind == rule.kind]
-        if rule.together:
+        if rule.pieces is not None:
             # Split in pieces (two halves of w's gradient all-reduced, kept apart by
             # an optimization barrier), they move as much as one would.
-            over = of_kind if of_kind and sum(_moved(c) for c in of_kind) >= limit else []
+            smallest = rule.pieces(case.args)
+            large = [c for c in of_kind if _moved(c) > smallest]
+            over = large if large and sum(_moved(c) for c in large) >= limit else []
         else:
             over = [c for c in of_kind if _moved(c) >= limit]
         if over:

@@ -34,7 +34,10 @@ _REARRANGES: dict[str, tuple[int, ...] | None] = {
     "copy": None,
     "copy_p": None,
     "dynamic_slice": (0,),
-    "dynamic_update_slice": (0, 1),
+    # A block written into a buffer moves the block's data; the buffer's own data, where
+    # the block overwrites it, is gone (optimizer state updated in place, then the new
+    # rows sliced out): only the update is followed.
+    "dynamic_update_slice": (1,),
     "expand_dims": None,
     "gather": (0,),
     "pad": None,
@@ -43,7 +46,7 @@ _REARRANGES: dict[str, tuple[int, ...] | None] = {
     "reduce_precision": None,
     "reshape": None,
     "rev": None,
-    "scatter": (0, 2),
+    "scatter": (2,),  # the updates, as for dynamic_update_slice
     "select_n": None,  # the predicate's data is rearranged only if it is chosen from: rare
     "sharding_constraint": None,
     "slice": None,

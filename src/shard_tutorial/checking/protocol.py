@@ -497,6 +497,10 @@ class How:
       error: why how the answer was made is not known (the worker could not read it,
         or its report was garbled: :data:`GARBLED`); None if it is. Then the technique
         is not judged right.
+      traced: the JAX primitives of every program the call ran, those the answer does
+        not depend on included, sorted: where a case's compiled programs cannot show a
+        collective (empty blocks, which XLA drops), an eager answer's collective ran
+        as a program of its own whose empty result need not reach the answer.
 
     Examples:
       >>> from shard_tutorial.checking.protocol import How, MadeBy, Program
@@ -517,6 +521,7 @@ class How:
     limits: Mapping[str, float] | None = None
     grown: tuple[Held, ...] | None = None
     error: str | None = None
+    traced: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """How as JSON-ready data (for :func:`encode_answer`): a dict of lists and numbers.
@@ -526,7 +531,7 @@ class How:
         Examples:
           >>> from shard_tutorial.checking.protocol import How
           >>> sorted(How(True).to_json())
-          ['candidates', 'copies', 'intact', 'made_by', 'programs', 'unknown', 'unknown_line']
+          ['candidates', 'copies', 'intact', 'made_by', 'programs', 'traced', 'unknown', 'unknown_line']
           >>> How(error="no lineage", limits={"sent": 64.0}).to_json()["limits"]
           {'sent': 64.0}
         """
@@ -538,6 +543,7 @@ class How:
             "unknown_line": _line_json(self.unknown_line),
             "made_by": [None if m is None else m.to_json() for m in self.made_by],
             "candidates": [candidate.to_json() for candidate in self.candidates],
+            "traced": list(self.traced),
         }
         if self.limits is not None:
             data["limits"] = dict(self.limits)
@@ -581,6 +587,7 @@ class How:
                 limits=None if limits is None else _limits(limits),
                 grown=None if grown is None else tuple(Held.from_json(h) for h in _sequence(grown)),
                 error=error,
+                traced=_strings(found, "traced"),
             )
         except (ValueError, TypeError):
             return cls(error=GARBLED)

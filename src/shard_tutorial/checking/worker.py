@@ -616,6 +616,7 @@ def describe_lineage(
         unknown_line=next((line for line in map(_line_of, lineage.unknown_users) if line), None),
         made_by=made_by,
         candidates=tuple(candidates),
+        traced=tuple(sorted(set().union(*(run.primitives for run in recording.runs)))),
     )
     return how, b"".join(chunks)
 

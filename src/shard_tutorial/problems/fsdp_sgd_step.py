@@ -23,6 +23,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from shard_tutorial.communication import bytes_per_number
 from shard_tutorial.linear_regression import (
     check_step_inputs,
     explain_step,
@@ -283,20 +284,22 @@ def _mesh(args: tuple[Any, ...], devices: int) -> tuple[int, ...]:
     return (_shared_devices(args, devices),)
 
 
-def _more_than_b_and_the_loss(args: tuple[Any, ...]) -> int:
-    """The fewest bytes of all-reduces, together, that carry more than ``b``'s gradient.
+def _b_and_the_loss(args: tuple[Any, ...]) -> int:
+    """The bytes of ``b``'s gradient and :data:`SCALARS` numbers besides (the loss, a count).
 
-    Besides ``b``'s gradient (``d_out`` numbers), room for :data:`SCALARS` numbers
-    (the loss, a count of rows), which an eager step computes and all-reduces.
+    What a right step may all-reduce, as often as it likes (``jax.grad`` already sums
+    ``b``'s gradient; a ``pmean`` after it changes nothing): all-reduces no larger are
+    left out of what :data:`TECHNIQUE` limits together.
 
     Examples:
       >>> import numpy as np
-      >>> from shard_tutorial.problems.fsdp_sgd_step import _more_than_b_and_the_loss
-      >>> _more_than_b_and_the_loss((np.ones((8, 3), np.float32), np.ones(3, np.float32)))
-      29
+      >>> from shard_tutorial.problems.fsdp_sgd_step import _b_and_the_loss
+      >>> _b_and_the_loss((np.ones((8, 3), np.float32), np.ones(3, np.float32)))
+      28
     """
     b = np.asarray(args[1])
-    return (int(np.size(b)) + SCALARS) * b.dtype.itemsize + 1
+    # As XLA's CPU backend sends them (bfloat16 as float32): the collective's own size.
+    return (int(np.size(b)) + SCALARS) * max(b.dtype.itemsize, bytes_per_number(b.dtype))
 
 
 SCALARS = 4
@@ -314,11 +317,11 @@ TECHNIQUE = Technique(
         ),
         Forbidden(
             "all-reduce",
-            "all-reduced together, they carry more than b's gradient and a few numbers (the "
-            "loss): w's gradient, all-reduced in pieces, is still all-reduced whole; "
-            "reduce-scatter it, each device keeping its block",
-            at_least=_more_than_b_and_the_loss,
-            together=True,
+            "all-reduced together, these carry as much as w's gradient: all-reduced in "
+            "pieces, it is still all-reduced whole; reduce-scatter it, each device keeping "
+            "its block",
+            at_least=lambda args: int(np.size(args[0])) * np.asarray(args[0]).dtype.itemsize,
+            pieces=_b_and_the_loss,
         ),
     ),
     hidden=lambda args: gradient_unused(args[4]),  # lr=0
