@@ -24,6 +24,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from shard_tutorial.communication import bytes_per_number
 from shard_tutorial.linear_regression import (
     check_step_inputs,
     explain_step,
@@ -34,7 +35,7 @@ from shard_tutorial.linear_regression import (
     unsharded_step,
 )
 from shard_tutorial.meshes import data_mesh_for, place, usable_device_count
-from shard_tutorial.problem import Case, Forbidden, Placement, Problem, Stays, Technique
+from shard_tutorial.problem import Budget, Case, Forbidden, Placement, Problem, Stays, Technique
 
 __all__ = ["PROBLEM", "data_parallel_sgd_step"]
 
@@ -53,7 +54,10 @@ def data_parallel_sgd_step(
     stays split over ``"data"``, each device computes the gradients of its own
     block, and one all-reduce averages them (``jax.lax.pmean``, or the ``psum``
     that ``jax.grad`` inserts for replicated parameters). The mesh is
-    ``data_mesh(B)``.
+    ``data_mesh(B)``. Each device sends what an all-reduce of the gradient sends,
+    twice at most (a ``pmean`` after the ``psum`` ``jax.grad`` inserts changes
+    nothing), and a few numbers besides, such as the loss (the checker's budget,
+    read from the compiled programs).
 
     How the arguments arrive: each array as a ``jax.Array`` on the default device,
     not split; each number as a Python number.
@@ -193,6 +197,44 @@ TECHNIQUE = Technique(
 "This problem practises" paragraph says it in words)."""
 
 
+def _limits(args: tuple[Any, ...]) -> dict[str, float]:
+    """What a device may send: the gradient's all-reduce, twice at most, and a few numbers.
+
+    An all-reduce of ``w``'s and ``b``'s gradients sends ``2 (n - 1) / n`` of their bytes
+    from each device (the ring's figure,
+    :func:`shard_tutorial.collective_costs.ring_bytes`), with room for
+    :data:`SCALARS` numbers besides (the loss, a count of rows), and twice that in
+    all: a step may all-reduce the gradient again (``jax.lax.pmean`` after the
+    ``psum`` that ``jax.grad`` inserts). Gathering the batch sends more wherever the
+    batch outweighs twice the parameters.
+
+    Examples:
+      >>> import jax, numpy as np
+      >>> from shard_tutorial.problems.data_parallel_sgd_step import _limits
+      >>> w, b, x = np.ones((3, 2), np.float32), np.ones(2, np.float32), np.ones((16, 3), np.float32)
+      >>> n = min(jax.device_count(), 8)
+      >>> _limits((w, b, x, x[:, :2], 0.1)) == {"sent": 2 * 2 * (n - 1) / n * (6 + 2 + 4) * 4}
+      True
+    """
+    w, b = args[0], args[1]
+    n = _mesh(args, jax.device_count())[0]
+    per = max(bytes_per_number(np.asarray(a).dtype) for a in (w, b))
+    numbers = int(np.size(w)) + int(np.size(b)) + SCALARS
+    return {"sent": 2 * 2 * (n - 1) / n * numbers * per}
+
+
+SCALARS = 4
+"""How many numbers besides the gradient a step may all-reduce (the loss, counts)."""
+
+
+BUDGET = Budget(
+    _limits,
+    "data parallelism sends an all-reduce of the gradient (twice at most) and a few numbers; "
+    "gathering the batch, or summing zero-padded or masked blocks of it, sends more",
+)
+"""What a solution may send per device."""
+
+
 PROBLEM = Problem(
     name="data_parallel_sgd_step",
     title="Data-parallel SGD",
@@ -213,6 +255,7 @@ PROBLEM = Problem(
     ),
     generate=_generate,
     technique=TECHNIQUE,
+    budget=BUDGET,
     mesh=_mesh,
     placement=(Placement(axis=None), Placement(axis=None)),
     make_refusals=step_refusals,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -26,6 +27,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from shard_tutorial.communication import bytes_per_number
 from shard_tutorial.linear_regression import (
     check_step_inputs,
     explain_step,
@@ -33,8 +35,8 @@ from shard_tutorial.linear_regression import (
     make_case,
     oracle_step,
 )
-from shard_tutorial.meshes import data_mesh_for, place
-from shard_tutorial.problem import Case, Forbidden, Placement, Problem, Stays, Technique
+from shard_tutorial.meshes import data_mesh_for, place, usable_device_count
+from shard_tutorial.problem import Budget, Case, Forbidden, Placement, Problem, Stays, Technique
 from shard_tutorial.problems._linear import linear_start
 from shard_tutorial.validation import check_array, require_whole_number
 
@@ -56,7 +58,9 @@ def nnx_data_parallel_step(
     This problem practises data parallelism with ``jax.shard_map`` on a Flax
     NNX model: the batch stays split over ``"data"``, each device computes the
     gradients of its own block, and one all-reduce averages them. The mesh is
-    ``data_mesh(B)``.
+    ``data_mesh(B)``. Each device sends what an all-reduce of the gradients sends,
+    twice at most, and a few numbers besides, such as the loss (the checker's
+    budget, read from the compiled programs).
 
     How the arguments arrive: each array as a ``jax.Array`` on the default device,
     not split; each number as a Python number.
@@ -262,6 +266,40 @@ def _refusals() -> list[Case]:
     ]
 
 
+def _limits(args: tuple[Any, ...]) -> dict[str, float]:
+    """What a device may send: the gradients' all-reduce, twice at most, and a few numbers.
+
+    As :func:`shard_tutorial.problems.data_parallel_sgd_step._limits`: the gradients of
+    the layer's kernel ``(d_in, d_out)`` and bias ``(d_out,)``, ``d_in`` and ``d_out`` read
+    from ``x`` and ``y``.
+
+    Examples:
+      >>> import jax, numpy as np
+      >>> from shard_tutorial.problems.nnx_data_parallel_step import _limits
+      >>> x, y = np.ones((16, 3), np.float32), np.ones((16, 2), np.float32)
+      >>> n = min(jax.device_count(), 8)
+      >>> _limits((0, x, y, 0.1)) == {"sent": 2 * 2 * (n - 1) / n * (6 + 2 + 4) * 4}
+      True
+    """
+    x, y = np.asarray(args[1]), np.asarray(args[2])
+    n = usable_device_count(int(x.shape[0]), jax.device_count())
+    d_in, d_out = int(x.shape[1]), int(y.shape[1])
+    per = max(bytes_per_number(a.dtype) for a in (x, y))
+    return {"sent": 2 * 2 * (n - 1) / n * (d_in * d_out + d_out + SCALARS) * per}
+
+
+SCALARS = 4
+"""How many numbers besides the gradients a step may all-reduce (the loss, counts)."""
+
+
+BUDGET = Budget(
+    _limits,
+    "data parallelism sends an all-reduce of the gradients (twice at most) and a few "
+    "numbers; gathering the batch, or summing zero-padded or masked blocks of it, sends more",
+)
+"""What a solution may send per device."""
+
+
 PROBLEM = Problem(
     name="nnx_data_parallel_step",
     title="Data-parallel NNX step",
@@ -284,6 +322,7 @@ PROBLEM = Problem(
     ),
     generate=_generate,
     technique=TECHNIQUE,
+    budget=BUDGET,
     placement=(Placement(axis=None), Placement(axis=None)),
     make_refusals=_refusals,
     folder="training",
