@@ -67,7 +67,7 @@ def test_a_budget_of_bytes_sent_is_what_the_reference_sends(name, pasted):
         if name in ROOMY:  # the statement allows more than the reference sends: how much
             n = math.prod(problem.mesh_shape(case, jax.device_count()))
             assert sent == pytest.approx(ROOMY[name](args, n), rel=1e-12), case.label
-            assert sent < limit, case.label
+            assert sent < limit or sent == limit == 0, case.label  # one device: nothing
             compared += 1
             continue
         if name == "zero_adam_step":  # the loss's pmean, one number: an eager call runs it
