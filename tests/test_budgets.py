@@ -86,7 +86,15 @@ def _gradient_all_reduce(args, n):
 
 # Budgets with room beyond the reference (a second all-reduce of what it sends, a few
 # numbers): the reference sends exactly this, and less than the budget.
+def _output_psum(args, _n):
+    """One psum over "model" of a device's rows of the (B, d_out) output (tensor parallelism)."""
+    rows, model = PROBLEMS["tensor_parallel_mlp"].mesh_shape(Case("", args), jax.device_count())
+    own = np.shape(args[0])[0] // rows * np.shape(args[2])[1]  # numbers of the output
+    return 2 * (model - 1) / model * own * 4
+
+
 ROOMY = {
+    "tensor_parallel_mlp": _output_psum,
     "data_parallel_sgd_step": _gradient_all_reduce,
     "nnx_data_parallel_step": lambda args, n: (
         2 * (n - 1) / n * (np.shape(args[1])[1] * np.shape(args[2])[1] + np.shape(args[2])[1]) * 4

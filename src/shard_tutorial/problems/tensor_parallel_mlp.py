@@ -23,6 +23,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from shard_tutorial.communication import bytes_per_number
 from shard_tutorial.meshes import (
     MAX_DEVICES,
     data_model_mesh,
@@ -30,7 +31,16 @@ from shard_tutorial.meshes import (
     device_counts,
     place,
 )
-from shard_tutorial.problem import Case, Forbidden, Placement, Problem, Stays, Technique, precise
+from shard_tutorial.problem import (
+    Budget,
+    Case,
+    Forbidden,
+    Placement,
+    Problem,
+    Stays,
+    Technique,
+    precise,
+)
 from shard_tutorial.validation import check_array
 
 __all__ = ["PROBLEM", "tensor_parallel_mlp"]
@@ -50,7 +60,9 @@ def tensor_parallel_mlp(x: jax.Array, w1: jax.Array, w2: jax.Array) -> jax.Array
 
     This problem practises tensor parallelism with ``jax.shard_map``: the
     weights stay split over ``"model"`` (never gathered whole), and one ``psum``
-    over ``"model"`` adds the devices' shares of the output.
+    over ``"model"`` adds the devices' shares of the output. Each device sends what
+    that ``psum`` of its rows of the output sends, twice at most, and a few numbers
+    besides (the checker's budget, read from the compiled programs).
 
     How the arguments arrive: each array as a ``jax.Array`` on the default device,
     not split.
@@ -307,6 +319,44 @@ TECHNIQUE = Technique(
 "This problem practises" paragraph says it in words)."""
 
 
+def _limits(args: tuple[Any, ...]) -> dict[str, float]:
+    """What a device may send: the output's psum over ``"model"``, twice at most, and a few numbers.
+
+    A device's share of its ``B / n_data`` rows of the ``(B, d_out)`` output, all-reduced
+    over the ``n_model`` devices of its row of the mesh, sends ``2 (n_model - 1) /
+    n_model`` of those rows' bytes (the ring's figure,
+    :func:`shard_tutorial.collective_costs.ring_bytes`); with room for :data:`SCALARS`
+    numbers besides, and twice that in all. Gathering the weights, whole or summed in
+    zero-padded or masked blocks, sends more wherever they outweigh twice the output.
+
+    Examples:
+      >>> import jax, numpy as np
+      >>> from shard_tutorial.problems.tensor_parallel_mlp import _limits, _mesh
+      >>> x, w1, w2 = np.ones((16, 4), np.float32), np.ones((4, 32), np.float32), np.ones((32, 3), np.float32)
+      >>> rows, model = _mesh((x, w1, w2), jax.device_count())
+      >>> _limits((x, w1, w2)) == {"sent": 2 * 2 * (model - 1) / model * (16 // rows * 3 + 4) * 4}
+      True
+    """
+    x, w1, w2 = (np.asarray(a) for a in args)
+    rows, model = _mesh(args, jax.device_count())
+    length = int(x.shape[0]) // rows if rows else 0
+    per = bytes_per_number(np.result_type(x.dtype, w1.dtype, w2.dtype))
+    numbers = length * int(w2.shape[1]) + SCALARS
+    return {"sent": 2 * 2 * (model - 1) / model * numbers * per}
+
+
+SCALARS = 4
+"""How many numbers besides the output a step may all-reduce."""
+
+
+BUDGET = Budget(
+    _limits,
+    "tensor parallelism sends one psum of the output's rows over 'model' (twice at most); "
+    "gathering the weights, or summing zero-padded or masked blocks of them, sends more",
+)
+"""What a solution may send per device."""
+
+
 def _refusals() -> list[Case]:
     """One input per clause of the statement's "Raises" section, with the error it names."""
     x = np.ones((4, 3), np.float32)
@@ -340,6 +390,7 @@ PROBLEM = Problem(
         "from shard_tutorial import data_model_mesh  # a (data, model) mesh for any shapes",
     ),
     technique=TECHNIQUE,
+    budget=BUDGET,
     mesh=_mesh,
     placement=Placement(axis=0, blocks=_data_blocks),
     make_refusals=_refusals,

@@ -1,9 +1,6 @@
 """Mistake: w1 and w2 gathered whole over "model" by a psum of zero-padded blocks, then the
 whole MLP on every device: right values, the weights not kept split."""
 
-"""Jitted shard_map on the ("data", "model") mesh: each device's units' share of the
-output, one psum over "model"."""
-
 import jax
 import jax.numpy as jnp
 import numpy as np
